@@ -12,8 +12,9 @@ Comma rule (deterministic)
 A write's content splits on its first two commas that are not escaped as ``\\,``. Subject and
 relation therefore cannot hold a bare comma; the object keeps every further comma verbatim
 (``Paris,is,big, old and busy`` -> ``("Paris", "is", "big, old and busy")``). :func:`serialize`
-escapes commas inside subject and relation as ``\\,`` and the parser unescapes them, so any triplet
-round-trips. Fields are stripped of surrounding whitespace.
+escapes commas inside subject and relation as ``\\,`` and the parser unescapes them there (the
+object is taken verbatim, backslashes included), so any triplet round-trips. Fields are stripped of
+surrounding whitespace.
 
 Parser modes
 ------------
@@ -37,7 +38,7 @@ from typing import Iterable, Sequence
 
 __all__ = [
     "ROLES", "TAGS", "Op", "Parsed", "parse", "split_triplet", "escape_field", "serialize",
-    "asks_to_text", "writes_to_text", "normalize_text", "normalize_triplet", "GRAMMARS",
+    "asks_to_text", "writes_to_text", "normalize_text", "normalize_triplet", "GRAMMARS", "grammar",
     "SYSTEM_PROMPTS", "FEW_SHOT", "build_messages", "format_facts", "ABSTAIN_ANSWER",
 ]
 
@@ -111,7 +112,8 @@ def split_triplet(content: str) -> tuple[str, str, str] | None:
     parts = _SPLIT.split(content, maxsplit=2)
     if len(parts) != 3:
         return None
-    s, r, o = (p.replace("\\,", ",").strip() for p in parts)
+    s, r = (p.replace("\\,", ",").strip() for p in parts[:2])
+    o = parts[2].strip()  # the object is kept verbatim: only subject and relation are escaped
     if not (s and r and o):
         return None
     return (s, r, o)
@@ -272,32 +274,66 @@ def normalize_triplet(t: Sequence[str]) -> tuple[str, str, str]:
 
 
 # --------------------------------------------------------------------------------------------------
-# GBNF grammars (llama.cpp constrained decoding). At most 8 operations, so decoding always ends.
-_MAX_OPS = 8
+# GBNF grammars (llama.cpp constrained decoding).
+# Every character for which str.isspace() is true, as a GBNF character-class body: a field may not
+# start with one (the parser strips fields, and a blank field is a strict-mode problem).
+_GBNF_SPACE = ("\\t\\n\\x0B\\x0C\\r\\x1C-\\x20\\x85\\xA0\\u1680\\u2000-\\u200A\\u2028\\u2029"
+               "\\u202F\\u205F\\u3000")
 
 
-def _bounded(op: str, n: int = _MAX_OPS) -> str:
+def grammar(role: str, *, min_ops: int = 0, max_ops: int = 4, max_field_chars: int = 40,
+            max_object_chars: int = 64) -> str:
+    """A GBNF grammar for ``role`` whose outputs always end and always parse strictly.
+
+    Bounded everywhere: a small model can loop inside an unbounded tag (``blue,blue,blue,...``)
+    until ``max_new_tokens`` cuts it, leaving an unclosed tag. So the number of tags and every
+    field's length are capped, every field starts with a non-space character (the strict parser
+    rejects blank fields), and ``min_ops`` operations can be required.
+    Every string it accepts parses under ``protocol.parse(text, role, "strict")`` with no problem.
+
+    Parameters
+    ----------
+    role : {"ask", "write"}
+    min_ops, max_ops : int
+        Number of tags (``0 <= min_ops <= max_ops``, ``max_ops >= 1``).
+    max_field_chars : int
+        Longest subject / relation / ask query, in characters.
+    max_object_chars : int
+        Longest object, in characters.
+    """
+    if role not in ("ask", "write"):
+        raise ValueError(f"role must be 'ask' or 'write', got {role!r}")
+    if not (0 <= min_ops <= max_ops and max_ops >= 1):
+        raise ValueError(f"need 0 <= min_ops <= max_ops and max_ops >= 1, got {min_ops}, {max_ops}")
+    if max_field_chars < 1 or max_object_chars < 1:
+        raise ValueError("max_field_chars and max_object_chars must be >= 1")
     expr = ""
-    for _ in range(n):
-        expr = f"({op} {expr})?" if expr else f"({op})?"
-    return expr
+    for i in range(max_ops, 0, -1):
+        inner = f"op {expr}".strip()
+        expr = f"({inner})" if i <= min_ops else f"({inner})?"
+    lines = [f"root ::= {expr}"]
+    if role == "ask":
+        lines += [
+            'op ::= "<memory_ask>" qstart qchar{0,%d} "</memory_ask>"' % (max_field_chars - 1),
+            f"qstart ::= [^<>{_GBNF_SPACE}]",
+            "qchar ::= [^<>\\n]",
+        ]
+    else:
+        lines += [
+            'op ::= "<memory_write>" field "," field "," obj "</memory_write>"',
+            "field ::= fstart fchar{0,%d}" % (max_field_chars - 1),
+            f'fstart ::= [^,<>\\\\{_GBNF_SPACE}] | "\\\\,"',
+            'fchar ::= [^,<>\\n\\\\] | "\\\\,"',
+            "obj ::= ostart ochar{0,%d}" % (max_object_chars - 1),
+            f"ostart ::= [^<>{_GBNF_SPACE}]",
+            "ochar ::= [^<>\\n]",
+        ]
+    return "\n".join(lines) + "\n"
 
 
-GRAMMARS: dict[str, str] = {
-    "ask": (
-        f"root ::= {_bounded('ask')}\n"
-        'ask ::= "<memory_ask>" qchar qchar* "</memory_ask>"\n'
-        "qchar ::= [^<>\\n]\n"
-    ),
-    "write": (
-        f"root ::= {_bounded('write')}\n"
-        'write ::= "<memory_write>" field "," field "," obj "</memory_write>"\n'
-        "field ::= fchar fchar*\n"
-        'fchar ::= [^,<>\\n\\\\] | "\\\\,"\n'
-        "obj ::= ochar ochar*\n"
-        "ochar ::= [^<>\\n]\n"
-    ),
-}
+GRAMMARS: dict[str, str] = {role: grammar(role, max_ops=8) for role in ROLES}
+"""Default GBNF grammar per role (up to 8 tags, bounded fields), for llama.cpp's constrained decoding."""
+
 
 # --------------------------------------------------------------------------------------------------
 # Prompt templates: every role's system prompt and few-shot examples live here, nowhere else.

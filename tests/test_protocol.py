@@ -129,36 +129,6 @@ def test_normalize_text(raw, norm):
     assert P.normalize_text(raw) == norm
 
 
-def _grammar_strings(role):
-    """Strings the grammar is designed to accept, checked against an equivalent regex."""
-    if role == "ask":
-        return re.compile(r"(<memory_ask>[^<>\n]+</memory_ask>){0,8}")
-    return re.compile(r"(<memory_write>([^,<>\n\\]|\\,)+,([^,<>\n\\]|\\,)+,[^<>\n]+</memory_write>){0,8}")
-
-
-plain_field = field_text.filter(lambda s: "\\" not in s)
-
-
-@given(st.lists(st.tuples(plain_field, plain_field, plain_field), max_size=8))
-@settings(max_examples=100, deadline=None)
-def test_grammar_language_parses_strictly(triplets):
-    # Serialized triplets (no backslashes: the grammar admits only the escaped comma) are in the
-    # write grammar's language (regex mirror) and parse in strict mode.
-    text = P.writes_to_text(triplets)
-    assert _grammar_strings("write").fullmatch(text)
-    assert P.parse(text, role="write").ok
-
-
-@pytest.mark.parametrize("role", ["ask", "write"])
-def test_grammars_are_well_formed_gbnf(role):
-    g = P.GRAMMARS[role]
-    assert g.startswith("root ::= ")
-    names = set(re.findall(r"^(\w+) ::=", g, re.M))
-    used = set(re.findall(r"\b([a-z]+)\b(?![^\[]*\])(?=(?:[^\"]*\"[^\"]*\")*[^\"]*$)", g.split("::=", 1)[1]))
-    assert {"root"} <= names
-    assert (used - names) <= set(), f"undefined rules {used - names}"
-
-
 def test_build_messages():
     msgs = P.build_messages("answer", "What do blorps eat?", facts=["blorps eat lemons"])
     assert msgs[0]["role"] == "system" and "Memory:\n1. blorps eat lemons" in msgs[-1]["content"]
@@ -175,3 +145,63 @@ def test_build_messages():
 def test_few_shot_examples_follow_the_protocol(role):
     for _, out in P.FEW_SHOT[role]:
         assert P.parse(out, role=role).ok
+
+
+@pytest.mark.parametrize("role", ["ask", "write"])
+def test_grammar_shape(role):
+    g = P.grammar(role, min_ops=1, max_ops=3)
+    assert g.startswith("root ::= (op (op (op)?)?)\n")
+    assert P.grammar(role, max_ops=2).startswith("root ::= (op (op)?)?\n")
+    with pytest.raises(ValueError):
+        P.grammar(role, min_ops=3, max_ops=2)
+    # the default grammars are the bounded ones
+    assert P.GRAMMARS[role] == P.grammar(role, max_ops=8)
+
+
+# -- every string the grammars accept parses strictly (no model needed) --------------------
+_SPACES = "".join(c for c in map(chr, range(0x3001)) if c.isspace())
+
+
+def _chars(exclude: str):
+    from hypothesis import strategies as st
+
+    return st.characters(blacklist_characters=exclude, blacklist_categories=("Cs",))
+
+
+def _field(max_len: int, start_exclude: str, rest_exclude: str, escaped_comma: bool):
+    from hypothesis import strategies as st
+
+    start = _chars(start_exclude + _SPACES)
+    rest = _chars(rest_exclude)
+    if escaped_comma:
+        start, rest = st.one_of(start, st.just("\\,")), st.one_of(rest, st.just("\\,"))
+    return st.builds(lambda a, r: a + "".join(r), start, st.lists(rest, max_size=max_len - 1))
+
+
+def _grammar_strings(role: str):
+    from hypothesis import strategies as st
+
+    if role == "ask":
+        op = _field(40, "<>", "<>\n", False).map(lambda q: f"<memory_ask>{q}</memory_ask>")
+    else:
+        fld = _field(40, ",<>\\", ",<>\n\\", True)
+        obj = _field(64, "<>", "<>\n", False)
+        op = st.tuples(fld, fld, obj).map(lambda t: f"<memory_write>{t[0]},{t[1]},{t[2]}</memory_write>")
+    return st.lists(op, max_size=4).map(lambda ops: ("".join(ops), len(ops)))
+
+
+@pytest.mark.parametrize("role", ["ask", "write"])
+def test_grammar_language_parses_strictly(role):
+    """Strings built with the character classes of :func:`mags_lib.protocol.grammar` (fields that start with
+    no whitespace of any kind, escaped commas, angle brackets excluded) always parse strictly."""
+    from hypothesis import HealthCheck, given, settings
+
+    @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+    @given(_grammar_strings(role))
+    def check(sample):
+        text, n = sample
+        parsed = P.parse(text, role=role, mode="strict")
+        assert parsed.ok, (text, parsed.problems)
+        assert len(parsed.ops) == n
+
+    check()
