@@ -1,0 +1,34 @@
+"""The Liquid Knowledge Graph (memory core of MAGS).
+
+Knows numpy, networkx, scipy and the :class:`mags_lib.embed.Embedder` interface, nothing of
+language models (importing it imports no torch). Submodules: ``viz`` (pictures, explorer),
+``tour`` (the dynamics notebook's story and simulator), ``dynamics`` (each step on its own).
+
+>>> from mags_lib.graph import LiquidGraph, GraphConfig
+"""
+
+from . import tour, viz
+from .config import DynamicsConfig, EngramConfig, GraphConfig, IndexConfig, RecallConfig
+from .core import LiquidGraph, norm_key
+from .dynamics import STEPS, core_numbers
+from .index import VectorIndex
+from .model import (
+    Anchor,
+    EngramReport,
+    GraphDiff,
+    GraphFormatError,
+    MaintainReport,
+    Recall,
+    RecallItem,
+    RecallTrace,
+    TracePath,
+)
+from .persistence import FORMAT_NAME, FORMAT_VERSION, load_graph, read_manifest, save_graph
+from .testing import TableEmbedder
+
+__all__ = [
+    "FORMAT_NAME", "FORMAT_VERSION", "STEPS", "Anchor", "DynamicsConfig", "EngramConfig", "EngramReport",
+    "GraphConfig", "GraphDiff", "GraphFormatError", "IndexConfig", "LiquidGraph", "MaintainReport", "Recall",
+    "RecallConfig", "RecallItem", "RecallTrace", "TableEmbedder", "TracePath", "VectorIndex", "core_numbers",
+    "load_graph", "norm_key", "read_manifest", "save_graph", "tour", "viz",
+]

@@ -1,0 +1,325 @@
+"""Configuration dataclasses of the Liquid Knowledge Graph, one per operation.
+
+Every knob of every operation lives here, with its meaning in the field comment and its range
+checked in ``__post_init__``. Ablations are configurations::
+
+    from dataclasses import replace
+    cfg = GraphConfig()
+    no_gol = replace(cfg, dynamics=replace(cfg.dynamics, game_of_life=False))
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+__all__ = [
+    "DEFAULT_MULTI_VALUED",
+    "DynamicsConfig",
+    "EngramConfig",
+    "GraphConfig",
+    "IndexConfig",
+    "RecallConfig",
+]
+
+# Relations that may legitimately hold several objects at once (never treated as conflicts when
+# ``EngramConfig.functional == "all"``). Compared after normalisation (lower case, no articles).
+DEFAULT_MULTI_VALUED: frozenset[str] = frozenset(
+    {
+        "like", "likes", "love", "loves", "enjoy", "enjoys", "has", "have", "know", "knows",
+        "visited", "visit", "visits", "met", "owns", "own", "friend of", "is friend of",
+        "related to", "mentions", "include", "includes", "contains", "played", "plays", "uses",
+        "eats", "ate", "eat", "read", "reads", "went to", "attended",
+    }
+)
+
+
+def _check_unit(name: str, value: float, *, open_low: bool = False, open_high: bool = False) -> None:
+    lo_ok = value > 0 if open_low else value >= 0
+    hi_ok = value < 1 if open_high else value <= 1
+    if not (lo_ok and hi_ok):
+        lo = "(0" if open_low else "[0"
+        hi = "1)" if open_high else "1]"
+        raise ValueError(f"{name} must be in {lo}, {hi}, got {value!r}")
+
+
+def _check_pos(name: str, value: float, *, strict: bool = True) -> None:
+    if not (value > 0 if strict else value >= 0):
+        raise ValueError(f"{name} must be {'> 0' if strict else '>= 0'}, got {value!r}")
+
+
+@dataclass(frozen=True)
+class IndexConfig:
+    """Vector index over node embeddings.
+
+    Exact search (one matrix product) below ``approx_threshold`` nodes per block; above it an
+    approximate HNSW index (usearch) is built and kept in sync, switched back to exact under
+    ``approx_threshold // 2`` nodes (hysteresis).
+    """
+
+    approx_threshold: int = 10_000  # nodes in a block above which the approximate index is used
+    flush_size: int = 1024  # new rows buffered (searched exactly) before one batched HNSW insert
+    connectivity: int = 12  # HNSW graph degree (usearch M)
+    expansion_add: int = 48  # HNSW ef_construction
+    expansion_search: int = 128  # HNSW ef for recall queries (candidates are re-scored exactly)
+    expansion_resolve: int = 32  # HNSW ef for engram's entity resolution (near duplicates are easy to find)
+    dtype: str = "i8"  # HNSW vector storage: "i8" (quantised), "f16" or "f32"; results are re-scored exactly
+    threads: int = 0  # threads for batch add/search (0: all cores)
+
+    def __post_init__(self) -> None:
+        if self.approx_threshold < 2:
+            raise ValueError(f"approx_threshold must be >= 2, got {self.approx_threshold}")
+        for name in ("connectivity", "expansion_add", "expansion_search", "expansion_resolve"):
+            if getattr(self, name) < 2:
+                raise ValueError(f"{name} must be >= 2, got {getattr(self, name)}")
+        if self.dtype not in ("i8", "f16", "f32"):
+            raise ValueError(f"dtype must be 'i8', 'f16' or 'f32', got {self.dtype!r}")
+        if self.flush_size < 1:
+            raise ValueError(f"flush_size must be >= 1, got {self.flush_size}")
+        if self.threads < 0:
+            raise ValueError(f"threads must be >= 0, got {self.threads}")
+
+
+@dataclass(frozen=True)
+class EngramConfig:
+    """Engram (write) step: entity resolution, initial edges, reconciliation, episodes."""
+
+    resolve_threshold: float = 0.90  # cosine at/above which an entity is the same node (update/merge)
+    init_strength: float = 0.5  # strength of a new fact edge
+    init_confidence: float = 0.7  # confidence of a new fact edge
+    repeat_gain: float = 0.2  # a repeated fact: strength += repeat_gain * (1 - strength)
+    init_importance: float = 0.3  # importance of a new node unless the caller gives one
+    novelty_surprise: float = 0.5  # surprise of a new node = this * (1 - similarity to its nearest entity)
+    # GAT-inspired initial edges of a new entity: attention over its nearest existing entities
+    gat: bool = True  # add attention-weighted association edges for new entities
+    gat_k: int = 3  # neighbours attended to
+    gat_min_similarity: float = 0.6  # neighbours below this cosine get no edge
+    gat_temperature: float = 0.1  # softmax temperature of the attention logits
+    gat_max_strength: float = 0.5  # edge strength = gat_max_strength * attention * cosine
+    gat_min_strength: float = 0.05  # association edges weaker than this are not created
+    # reconciliation of conflicting facts (same subject and relation, different object)
+    reconcile: bool = True  # invalidate superseded facts; False keeps every object valid
+    functional: str = "all"  # "all": every relation but multi_valued; "listed": only functional_relations
+    functional_relations: frozenset[str] = frozenset()  # single-valued relations (mode "listed")
+    multi_valued_relations: frozenset[str] = DEFAULT_MULTI_VALUED  # never conflicts (mode "all")
+    conflict_policy: str = "newer"  # "newer": new evidence wins; "stronger": the stronger edge wins
+    conflict_surprise: float = 1.0  # surprise given to the endpoints of a conflicting fact
+    # episodes
+    link_episodes: bool = True  # link an episode node to the entities of the facts it produced
+    episode_link_strength: float = 0.5  # strength of episode -> entity edges
+    superseded_episode_confidence: float = 0.5  # episodes of a superseded fact: confidence *= this
+
+    def __post_init__(self) -> None:
+        _check_unit("resolve_threshold", self.resolve_threshold, open_low=True)
+        _check_unit("init_strength", self.init_strength, open_low=True)
+        _check_unit("init_confidence", self.init_confidence, open_low=True)
+        _check_unit("repeat_gain", self.repeat_gain)
+        _check_unit("init_importance", self.init_importance)
+        _check_unit("novelty_surprise", self.novelty_surprise)
+        if self.gat_k < 1:
+            raise ValueError(f"gat_k must be >= 1, got {self.gat_k}")
+        if not -1.0 <= self.gat_min_similarity <= 1.0:
+            raise ValueError(f"gat_min_similarity must be in [-1, 1], got {self.gat_min_similarity}")
+        _check_pos("gat_temperature", self.gat_temperature)
+        _check_unit("gat_max_strength", self.gat_max_strength, open_low=True)
+        _check_unit("gat_min_strength", self.gat_min_strength, open_low=True)
+        if self.functional not in ("all", "listed"):
+            raise ValueError(f"functional must be 'all' or 'listed', got {self.functional!r}")
+        if self.conflict_policy not in ("newer", "stronger"):
+            raise ValueError(f"conflict_policy must be 'newer' or 'stronger', got {self.conflict_policy!r}")
+        _check_unit("conflict_surprise", self.conflict_surprise)
+        _check_unit("episode_link_strength", self.episode_link_strength, open_low=True)
+        _check_unit("superseded_episode_confidence", self.superseded_episode_confidence)
+        object.__setattr__(self, "functional_relations", frozenset(self.functional_relations))
+        object.__setattr__(self, "multi_valued_relations", frozenset(self.multi_valued_relations))
+
+    def is_functional(self, relation_key: str) -> bool:
+        """Whether a (normalised) relation holds one object at a time, so a new object supersedes."""
+        cache = self.__dict__.get("_func_cache")
+        if cache is None:
+            from .core import norm_key
+
+            cache = ({norm_key(r) for r in self.functional_relations},
+                     {norm_key(r) for r in self.multi_valued_relations})
+            object.__setattr__(self, "_func_cache", cache)
+        if self.functional == "listed":
+            return relation_key in cache[0]
+        return relation_key not in cache[1]
+
+
+@dataclass(frozen=True)
+class RecallConfig:
+    """Recall (read) step: anchors, coverage, traversal, scoring."""
+
+    n_anchors: int = 4  # anchors chosen per query
+    overquery: int = 4  # candidates = overquery * n_anchors nearest nodes per query
+    coverage_weight: float = 0.5  # 0: pure similarity; 1: anchor gain fully scaled by new coverage
+    min_anchor_similarity: float = 0.0  # candidates below this cosine are never anchors
+    traversal: str = "bfs"  # "bfs" or "dfs"
+    min_path_strength: float = 0.05  # stop a path when the product of its edge strengths falls below
+    max_depth: int = 3  # hops from an anchor
+    max_branch: int = 8  # strongest edges followed out of one node
+    max_visits: int = 64  # edges expanded per anchor (latency bound)
+    direction: str = "both"  # follow edges "out" of a node only, or "both" ways
+    relevance_weight: float = 0.7  # score = ((1-w) * anchor_sim * path + w * relevance) * (1 + confidence) / 2
+    include_episodes: bool = True  # episodes can be anchors and results
+    max_episode_share: float = 0.5  # routing: at most this share of k are episodes (unless facts run out)
+    touch: bool = True  # update access counts/last-access of returned nodes and edges
+    coactivation: bool = True  # record co-activation for Hebbian strengthening at the next maintain
+
+    def __post_init__(self) -> None:
+        if self.n_anchors < 1:
+            raise ValueError(f"n_anchors must be >= 1, got {self.n_anchors}")
+        if self.overquery < 1:
+            raise ValueError(f"overquery must be >= 1, got {self.overquery}")
+        _check_unit("coverage_weight", self.coverage_weight)
+        if not -1.0 <= self.min_anchor_similarity <= 1.0:
+            raise ValueError(f"min_anchor_similarity must be in [-1, 1], got {self.min_anchor_similarity}")
+        if self.traversal not in ("bfs", "dfs"):
+            raise ValueError(f"traversal must be 'bfs' or 'dfs', got {self.traversal!r}")
+        _check_unit("min_path_strength", self.min_path_strength, open_low=True)
+        for name in ("max_depth", "max_branch", "max_visits"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.direction not in ("out", "both"):
+            raise ValueError(f"direction must be 'out' or 'both', got {self.direction!r}")
+        _check_unit("relevance_weight", self.relevance_weight)
+        _check_unit("max_episode_share", self.max_episode_share)
+
+
+@dataclass(frozen=True)
+class DynamicsConfig:
+    """Dynamics run by ``maintain`` (one tick); every step has an on/off switch."""
+
+    # step switches, in the order maintain runs them
+    hebbian: bool = True  # strengthen co-activated edges and connect co-activated anchors
+    decay: bool = True  # exponential decay with recency correction
+    game_of_life: bool = True  # neighbourhood rule on nodes' live-edge counts
+    kcore: bool = True  # k-core consolidation of central nodes
+    scc: bool = True  # strongly-connected-component consolidation (cluster, strengthen, merge)
+    solidify: bool = True  # very strong, often used edges become permanent
+    promote: bool = True  # working memory -> long-term promotion
+    prune: bool = True  # weak edges, inactive or isolated nodes, capacity limits
+    # Hebbian / reward
+    hebbian_rate: float = 0.2  # per activation: s += rate * (1 - s)
+    anchor_link_strength: float = 0.1  # initial strength of a new anchor-anchor association edge
+    reward_rate: float = 0.3  # reinforce(): s += rate * reward * (1 - s) (reward > 0) or s *= 1 + rate * reward
+    # decay
+    decay_rate: float = 0.05  # per tick: s *= 1 - rate * (1 - protection)
+    recency_protection: float = 0.8  # share of decay cancelled for an edge used just now
+    recency_tau: float = 5.0  # ticks over which the recency protection fades (exp(-age / tau))
+    # Game-of-Life rule (live edge: strength >= gol_live_strength)
+    gol_live_strength: float = 0.3
+    gol_survive_min: int = 1  # fewer live edges: the node is lonely, its edges weaken
+    gol_survive_max: int = 12  # more live edges: the node is overcrowded, its edges weaken
+    gol_rate: float = 0.05  # lonely/crowded nodes: their edges get factor 1 - rate
+    gol_survive_gain: float = 0.0  # surviving nodes: factor 1 + gain (capped at strength 1); 0 = unchanged
+    gol_birth: bool = True  # recently active pairs with >= gol_birth_common live common neighbours connect
+    gol_birth_common: int = 2
+    gol_birth_strength: float = 0.2
+    gol_max_births: int = 64  # births per tick
+    # k-core
+    kcore_min_k: int = 2  # consolidate the main core only if its k is at least this
+    kcore_rate: float = 0.05  # internal edges of the main core: s += rate * (1 - s)
+    kcore_max_share: float = 0.5  # skip when the main core holds more than this share of the entities
+    kcore_importance: float = 0.1  # core nodes: importance += this * (1 - importance)
+    # SCC
+    scc_min_size: int = 2
+    scc_rate: float = 0.1  # internal edges of a strongly connected component: s += rate * (1 - s)
+    scc_merge_similarity: float = 0.8  # members of one SCC at/above this cosine are merged
+    # solidification
+    solidify_strength: float = 0.95
+    solidify_min_uses: int = 3
+    solidify_node_edges: int = 3  # a node with this many permanent edges becomes permanent
+    # promotion (working memory -> long term)
+    promote_uses: int = 2
+    promote_surprise: float = 0.8
+    promote_importance: float = 0.6
+    working_capacity: int | None = None  # working-memory nodes kept; the least recently used are forgotten
+    # pruning
+    prune_strength: float = 0.05  # edges weaker than this are removed (permanent ones exempt)
+    inactive_ticks: int = 50  # nodes not accessed for this many ticks ...
+    inactive_max_degree: int = 1  # ... and with at most this many edges are removed
+    isolated_grace: int = 1  # isolated nodes older than this many ticks are removed
+    max_nodes: int | None = None  # capacity: nodes kept (least important non-permanent removed first)
+    max_edges: int | None = None  # capacity: valid edges kept (weakest non-permanent removed first)
+
+    def __post_init__(self) -> None:
+        for name in ("hebbian_rate", "reward_rate", "recency_protection", "kcore_rate", "kcore_importance",
+                     "scc_rate"):
+            _check_unit(name, getattr(self, name))
+        for name in ("decay_rate", "gol_rate"):  # < 1 keeps every strength > 0
+            _check_unit(name, getattr(self, name), open_high=True)
+        for name in ("anchor_link_strength", "gol_live_strength", "gol_birth_strength", "solidify_strength"):
+            _check_unit(name, getattr(self, name), open_low=True)
+        _check_unit("prune_strength", self.prune_strength, open_high=True)
+        _check_unit("promote_surprise", self.promote_surprise)
+        _check_unit("kcore_max_share", self.kcore_max_share, open_low=True)
+        _check_unit("gol_survive_gain", self.gol_survive_gain)
+        _check_unit("promote_importance", self.promote_importance)
+        if not -1.0 <= self.scc_merge_similarity <= 1.0:
+            raise ValueError(f"scc_merge_similarity must be in [-1, 1], got {self.scc_merge_similarity}")
+        _check_pos("recency_tau", self.recency_tau)
+        for name in ("gol_survive_min", "gol_survive_max", "gol_birth_common", "gol_max_births",
+                     "kcore_min_k", "solidify_min_uses", "promote_uses", "inactive_ticks",
+                     "inactive_max_degree", "isolated_grace"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
+        if self.gol_survive_max < self.gol_survive_min:
+            raise ValueError("gol_survive_max must be >= gol_survive_min")
+        if self.scc_min_size < 2:
+            raise ValueError(f"scc_min_size must be >= 2, got {self.scc_min_size}")
+        if self.solidify_node_edges < 1:
+            raise ValueError(f"solidify_node_edges must be >= 1, got {self.solidify_node_edges}")
+        for name in ("working_capacity", "max_nodes", "max_edges"):
+            v = getattr(self, name)
+            if v is not None and v < 0:
+                raise ValueError(f"{name} must be None or >= 0, got {v}")
+
+
+@dataclass(frozen=True)
+class GraphConfig:
+    """All knobs of a :class:`~mags_lib.graph.LiquidGraph`, one dataclass per operation."""
+
+    engram: EngramConfig = field(default_factory=EngramConfig)
+    recall: RecallConfig = field(default_factory=RecallConfig)
+    dynamics: DynamicsConfig = field(default_factory=DynamicsConfig)
+    index: IndexConfig = field(default_factory=IndexConfig)
+
+    def __post_init__(self) -> None:
+        for name, cls in (("engram", EngramConfig), ("recall", RecallConfig),
+                          ("dynamics", DynamicsConfig), ("index", IndexConfig)):
+            if not isinstance(getattr(self, name), cls):
+                raise TypeError(f"GraphConfig.{name} must be a {cls.__name__}, got {type(getattr(self, name)).__name__}")
+
+    def to_dict(self) -> dict:
+        """Plain-JSON form (sets become sorted lists)."""
+        from dataclasses import asdict
+
+        def conv(x):
+            if isinstance(x, (set, frozenset)):
+                return sorted(x)
+            if isinstance(x, dict):
+                return {k: conv(v) for k, v in x.items()}
+            return x
+
+        return conv(asdict(self))
+
+    @classmethod
+    def from_dict(cls, d: dict) -> GraphConfig:
+        """Inverse of :meth:`to_dict`; unknown keys raise ``ValueError``."""
+        parts = {}
+        for name, sub in (("engram", EngramConfig), ("recall", RecallConfig),
+                          ("dynamics", DynamicsConfig), ("index", IndexConfig)):
+            vals = dict(d.get(name, {}))
+            known = set(sub.__dataclass_fields__)
+            bad = set(vals) - known
+            if bad:
+                raise ValueError(f"unknown {name} config keys {sorted(bad)}; known: {sorted(known)}")
+            for k in ("functional_relations", "multi_valued_relations"):
+                if k in vals:
+                    vals[k] = frozenset(vals[k])
+            parts[name] = sub(**vals)
+        bad = set(d) - set(parts)
+        if bad:
+            raise ValueError(f"unknown GraphConfig keys {sorted(bad)}")
+        return cls(**parts)

@@ -1,0 +1,740 @@
+"""The :class:`LiquidGraph`: state, primitives, snapshots, diff and the operation log.
+
+Storage layout
+--------------
+* nodes and edges are column stores (:mod:`.store`): numbers in numpy arrays so the dynamics are
+  vectorised over all edges at once, text and provenance in Python lists;
+* one contiguous float32 matrix holds every node embedding (row = node id) and a second one the
+  relation-label embeddings; :class:`~.index.VectorIndex` objects search them (entities and
+  episodes are separate blocks);
+* a ``networkx.MultiDiGraph`` (``g.G``: integer node ids, edge key = edge id) holds the structure
+  of the live memory -- alive nodes and alive, *valid* edges -- and serves traversal and the
+  graph algorithms. Invalidated (superseded) edges stay in the stores for inspection but leave the
+  networkx structure, so recall can never reach them.
+
+Time is a logical clock: ``g.tick`` counts ``maintain`` calls. Nothing reads the wall clock, so an
+operation log replays to an identical graph.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import replace
+
+import networkx as nx
+import numpy as np
+
+from .config import GraphConfig
+from .index import VectorIndex
+from .model import EngramReport, GraphDiff, MaintainReport, Recall
+from .store import (
+    EDGE_ARRAYS,
+    EDGE_ASSOC,
+    EDGE_FACT,
+    EDGE_LISTS,
+    EDGE_MENTION,
+    KIND_ENTITY,
+    KIND_EPISODE,
+    NODE_ARRAYS,
+    NODE_LISTS,
+    STAGE_LONG,
+    STAGE_WORKING,
+    ColumnStore,
+)
+
+__all__ = ["LiquidGraph", "norm_key"]
+
+_PUNCT = re.compile(r"[^\w\s]")
+_ARTICLES = re.compile(r"\b(a|an|the)\b")
+_WS = re.compile(r"\s+")
+EDGE_KIND_NAMES = {EDGE_FACT: "fact", EDGE_ASSOC: "association", EDGE_MENTION: "mention"}
+
+
+def norm_key(text: str) -> str:
+    """Normalised lookup key: lower case, punctuation and articles removed, whitespace collapsed.
+
+    A text that would normalise to nothing (``"a"``, ``"?!"``) keeps its lower-cased form.
+
+    >>> norm_key("  The Blue  Die! "), norm_key("A")
+    ('blue die', 'a')
+    """
+    low = _WS.sub(" ", str(text).lower()).strip()
+    s = _ARTICLES.sub(" ", _PUNCT.sub(" ", low))
+    return _WS.sub(" ", s).strip() or low
+
+
+class LiquidGraph:
+    """A Liquid Knowledge Graph memory.
+
+    Parameters
+    ----------
+    embedder : Embedder
+        Anything with ``name``, ``dim`` and ``encode(texts) -> (n, dim)`` L2-normalised float32.
+    config : GraphConfig, optional
+        All knobs; see :mod:`mags_lib.graph.config`.
+    seed : int, optional
+        Seed for the layouts drawn by :mod:`mags_lib.graph.viz` (the memory itself is deterministic).
+
+    Examples
+    --------
+    >>> from mags_lib.embed import HashEmbedder
+    >>> g = LiquidGraph(HashEmbedder(dim=64))
+    >>> ep = g.add_episode("Blorps eat frozen lemons.", source="D1:3")
+    >>> rep = g.engram([("blorps", "eat", "frozen lemons")], episode=ep)
+    >>> g.recall("what do blorps eat", k=1).items[0].text
+    'blorps eat frozen lemons'
+    """
+
+    def __init__(self, embedder, config: GraphConfig | None = None, seed: int | None = None):
+        for attr in ("dim", "encode"):
+            if not hasattr(embedder, attr):
+                raise TypeError(f"embedder must provide `name`, `dim` and `encode`; {type(embedder).__name__} "
+                                f"lacks `{attr}` (see mags_lib.embed.Embedder)")
+        self.embedder = embedder
+        self.config = config if config is not None else GraphConfig()
+        if not isinstance(self.config, GraphConfig):
+            raise TypeError(f"config must be a GraphConfig, got {type(self.config).__name__}")
+        self.seed = seed
+        self.dim = int(embedder.dim)
+        self._reset()
+        self._snapshots: dict[str, dict] = {}
+        self._snap_counter = 0
+
+    # ------------------------------------------------------------------------------------------
+    # state
+    def _reset(self) -> None:
+        self.nodes = ColumnStore(NODE_ARRAYS, NODE_LISTS)
+        self.edges = ColumnStore(EDGE_ARRAYS, EDGE_LISTS)
+        self._emb = np.zeros((64, self.dim), dtype=np.float32)
+        self._rel_text: list[str] = []
+        self._rel_id: dict[str, int] = {}
+        self._rel_emb = np.zeros((16, self.dim), dtype=np.float32)
+        self._entity_key: dict[str, int] = {}
+        self._coact: list[tuple[int, int]] = []  # anchor pairs co-activated since the last tick
+        self.tick = 0
+        self.oplog: list[dict] = []
+        self.G = nx.MultiDiGraph()
+        self._ent_index = VectorIndex(self.dim, self.config.index)
+        self._ep_index = VectorIndex(self.dim, self.config.index)
+
+    def _state(self) -> dict:
+        return {
+            "nodes": self.nodes.state(),
+            "edges": self.edges.state(),
+            "emb": self._emb[: self.nodes.n].copy(),
+            "rel_text": list(self._rel_text),
+            "rel_emb": self._rel_emb[: len(self._rel_text)].copy(),
+            "coact": [list(p) for p in self._coact],
+            "tick": int(self.tick),
+            "oplog_len": len(self.oplog),
+        }
+
+    def _load_state(self, st: dict, oplog: list[dict] | None = None) -> None:
+        self.nodes.load_state(st["nodes"])
+        self.edges.load_state(st["edges"])
+        n = self.nodes.n
+        emb = np.asarray(st["emb"], dtype=np.float32)
+        if emb.shape != (n, self.dim):
+            raise ValueError(f"embedding matrix has shape {emb.shape}, expected ({n}, {self.dim})")
+        self._emb = np.zeros((max(n, 64), self.dim), dtype=np.float32)
+        self._emb[:n] = emb
+        self._rel_text = list(st["rel_text"])
+        self._rel_id = {t: i for i, t in enumerate(self._rel_text)}
+        r = np.asarray(st["rel_emb"], dtype=np.float32)
+        if r.shape != (len(self._rel_text), self.dim):
+            raise ValueError(f"relation embeddings have shape {r.shape}, expected ({len(self._rel_text)}, {self.dim})")
+        self._rel_emb = np.zeros((max(len(self._rel_text), 16), self.dim), dtype=np.float32)
+        self._rel_emb[: len(self._rel_text)] = r
+        self._coact = [tuple(int(x) for x in p) for p in st["coact"]]
+        self.tick = int(st["tick"])
+        if oplog is not None:
+            self.oplog = [dict(o) for o in oplog]
+        self._rebuild_derived()
+
+    def _rebuild_derived(self) -> None:
+        """Rebuild networkx structure, entity keys and vector indexes from the stores."""
+        nd, ed = self.nodes, self.edges
+        self.G = nx.MultiDiGraph()
+        alive = np.flatnonzero(nd.alive)
+        self.G.add_nodes_from(alive.tolist())
+        live = np.flatnonzero(ed.alive & ed.valid)
+        self.G.add_edges_from(zip(ed.src[live].tolist(), ed.dst[live].tolist(), live.tolist()))
+        self._entity_key = {}
+        kinds = nd.kind
+        for i in alive.tolist():
+            if kinds[i] == KIND_ENTITY:
+                for key in nd.meta[i]["keys"]:
+                    self._entity_key.setdefault(key, i)
+        self._ent_index = VectorIndex(self.dim, self.config.index)
+        self._ep_index = VectorIndex(self.dim, self.config.index)
+        self._ent_index.add(alive[kinds[alive] == KIND_ENTITY], self._emb)
+        self._ep_index.add(alive[kinds[alive] == KIND_EPISODE], self._emb)
+
+    # ------------------------------------------------------------------------------------------
+    # ids
+    def node_id(self, idx: int) -> str:
+        """Public id of node row ``idx`` (``n<i>`` for entities, ``ep<i>`` for episodes)."""
+        return ("ep" if self.nodes._a["kind"][idx] == KIND_EPISODE else "n") + str(int(idx))
+
+    def _idx(self, node_id: str | int) -> int:
+        if isinstance(node_id, (int, np.integer)):
+            i = int(node_id)
+        else:
+            m = re.fullmatch(r"(ep|n)(\d+)", str(node_id))
+            if not m:
+                raise KeyError(f"not a node id: {node_id!r} (ids look like 'n12' or 'ep3')")
+            i = int(m.group(2))
+        if not (0 <= i < self.nodes.n) or not self.nodes.alive[i]:
+            raise KeyError(f"no live node {node_id!r} in the graph")
+        return i
+
+    # ------------------------------------------------------------------------------------------
+    # primitives
+    def _set_emb(self, idx: int, vec: np.ndarray) -> None:
+        if idx >= self._emb.shape[0]:
+            new = np.zeros((max(idx + 1, 2 * self._emb.shape[0]), self.dim), dtype=np.float32)
+            new[: self._emb.shape[0]] = self._emb
+            self._emb = new
+        self._emb[idx] = vec
+
+    def _relation(self, text: str, vec: np.ndarray | None = None) -> int:
+        key = norm_key(text)
+        rid = self._rel_id.get(key)
+        if rid is not None:
+            return rid
+        if vec is None:
+            vec = self._encode([text])[0]
+        rid = len(self._rel_text)
+        self._rel_text.append(key)
+        self._rel_id[key] = rid
+        if rid >= self._rel_emb.shape[0]:
+            new = np.zeros((2 * self._rel_emb.shape[0], self.dim), dtype=np.float32)
+            new[:rid] = self._rel_emb[:rid]
+            self._rel_emb = new
+        self._rel_emb[rid] = vec
+        return rid
+
+    def _encode(self, texts: Sequence[str]) -> np.ndarray:
+        if not texts:
+            return np.zeros((0, self.dim), dtype=np.float32)
+        v = np.asarray(self.embedder.encode(list(texts)), dtype=np.float32)
+        if v.shape != (len(texts), self.dim):
+            raise ValueError(f"embedder {getattr(self.embedder, 'name', '?')} returned shape {v.shape}, "
+                             f"expected ({len(texts)}, {self.dim})")
+        return v
+
+    def _add_node(self, text: str, vec: np.ndarray, kind: int, *, importance: float, surprise: float,
+                  source: str | None = None, time: str | None = None, index: bool = True) -> int:
+        stage = STAGE_WORKING
+        i = self.nodes.append(
+            {"text": text, "meta": {"keys": [], "aliases": [text], "source": source, "time": time}},
+            alive=True, kind=kind, stage=stage, importance=importance, surprise=surprise, confidence=1.0,
+            created=self.tick, last_access=self.tick, access=0, permanent=False, cluster=-1)
+        self._set_emb(i, vec)
+        self.G.add_node(i)
+        if kind == KIND_ENTITY:
+            key = norm_key(text)
+            self.nodes.meta[i]["keys"].append(key)
+            self._entity_key.setdefault(key, i)
+            if index:
+                self._ent_index.add(np.array([i]), self._emb)
+        elif index:
+            self._ep_index.add(np.array([i]), self._emb)
+        return i
+
+    def _add_edge(self, s: int, o: int, rel: int, kind: int, strength: float, confidence: float,
+                  episodes: list[str], sources: list[str], valid: bool = True) -> int:
+        e = self.edges.append(
+            {"episodes": list(episodes), "sources": list(sources)},
+            src=s, dst=o, rel=rel, kind=kind, strength=strength, confidence=confidence, created=self.tick,
+            last_used=self.tick, uses=0, alive=True, valid=valid, valid_from=self.tick,
+            valid_to=-1 if valid else self.tick, invalidated_by=-1, permanent=False, activation=0.0)
+        if valid:
+            self.G.add_edge(s, o, key=e)
+        return e
+
+    def _invalidate_edge(self, e: int, by: int) -> None:
+        ed = self.edges
+        if not ed.valid[e]:
+            return
+        ed.valid[e] = False
+        ed.valid_to[e] = self.tick
+        ed.invalidated_by[e] = by
+        ed.permanent[e] = False
+        if ed.alive[e]:
+            self.G.remove_edge(int(ed.src[e]), int(ed.dst[e]), key=int(e))
+
+    def _kill_edges(self, eids: Iterable[int]) -> int:
+        ed = self.edges
+        eids = np.asarray(list(eids) if not isinstance(eids, np.ndarray) else eids, dtype=np.int64)
+        eids = eids[ed.alive[eids]] if eids.size else eids
+        if eids.size == 0:
+            return 0
+        in_nx = eids[ed.valid[eids]]
+        srcs, dsts = ed.src[in_nx].tolist(), ed.dst[in_nx].tolist()
+        G = self.G
+        for u, v, k in zip(srcs, dsts, in_nx.tolist()):
+            G.remove_edge(u, v, key=k)
+        ed.alive[eids] = False
+        return int(eids.size)
+
+    def _incident_edges(self, idxs: np.ndarray, *, alive_only: bool = True) -> np.ndarray:
+        ed = self.edges
+        mask = np.zeros(self.nodes.n, dtype=bool)
+        mask[idxs] = True
+        hit = mask[ed.src] | mask[ed.dst]
+        if alive_only:
+            hit &= ed.alive
+        return np.flatnonzero(hit)
+
+    def _kill_nodes(self, idxs: Iterable[int]) -> int:
+        nd = self.nodes
+        idxs = np.unique(np.asarray(list(idxs) if not isinstance(idxs, np.ndarray) else idxs, dtype=np.int64))
+        if idxs.size == 0:
+            return 0
+        idxs = idxs[nd.alive[idxs]]
+        if idxs.size == 0:
+            return 0
+        self._kill_edges(self._incident_edges(idxs))
+        nd.alive[idxs] = False
+        self.G.remove_nodes_from(idxs.tolist())
+        for i in idxs.tolist():
+            for key in nd.meta[i]["keys"]:
+                if self._entity_key.get(key) == i:
+                    del self._entity_key[key]
+        self._ent_index.remove(idxs)
+        self._ep_index.remove(idxs)
+        if self._coact:
+            dead = set(idxs.tolist())
+            self._coact = [p for p in self._coact if p[0] not in dead and p[1] not in dead]
+        return int(idxs.size)
+
+    def _merge_nodes(self, keep: int, drop: int) -> None:
+        """Merge entity ``drop`` into ``keep``: edges move over, duplicates and self-loops go."""
+        nd, ed = self.nodes, self.edges
+        if keep == drop:
+            return
+        inc = self._incident_edges(np.array([drop]))
+        for e in inc.tolist():
+            u, v = int(ed.src[e]), int(ed.dst[e])
+            nu, nv = (keep if u == drop else u), (keep if v == drop else v)
+            if ed.valid[e]:
+                self.G.remove_edge(u, v, key=e)
+            if nu == nv:  # the edge linked the two merged nodes
+                ed.alive[e] = False
+                continue
+            ed.src[e], ed.dst[e] = nu, nv
+            if ed.valid[e]:
+                dup = self._find_edge(nu, nv, int(ed.rel[e]), int(ed.kind[e]))
+                if dup is not None:  # same fact on both: fold into the existing edge
+                    ed.strength[dup] = max(ed.strength[dup], ed.strength[e])
+                    ed.confidence[dup] = max(ed.confidence[dup], ed.confidence[e])
+                    ed.uses[dup] += ed.uses[e]
+                    ed.permanent[dup] |= ed.permanent[e]
+                    _union(ed.episodes[dup], ed.episodes[e])
+                    _union(ed.sources[dup], ed.sources[e])
+                    ed.alive[e] = False
+                    continue
+                self.G.add_edge(nu, nv, key=e)
+        nd.importance[keep] = max(nd.importance[keep], nd.importance[drop])
+        nd.surprise[keep] = max(nd.surprise[keep], nd.surprise[drop])
+        nd.access[keep] += nd.access[drop]
+        nd.last_access[keep] = max(nd.last_access[keep], nd.last_access[drop])
+        nd.permanent[keep] |= nd.permanent[drop]
+        nd.stage[keep] = max(nd.stage[keep], nd.stage[drop])
+        mk, md = nd.meta[keep], nd.meta[drop]
+        _union(mk["aliases"], md["aliases"])
+        keys = list(md["keys"])
+        _union(mk["keys"], keys)
+        md["keys"] = []
+        for key in keys:
+            self._entity_key[key] = keep
+        nd.permanent[drop] = False
+        self._kill_nodes([drop])
+        mk.setdefault("merged", []).append(self.node_id(drop))
+
+    def _find_edge(self, s: int, o: int, rel: int, kind: int) -> int | None:
+        """A live valid edge s -> o with this relation and kind, or None."""
+        kd = self.G._succ.get(s, {}).get(o)
+        if not kd:
+            return None
+        ed = self.edges
+        for e in kd:
+            if ed.rel[e] == rel and ed.kind[e] == kind:
+                return int(e)
+        return None
+
+    # ------------------------------------------------------------------------------------------
+    # public operations (logged)
+    def add_episode(self, text: str, source: str | None = None, time: str | None = None,
+                    importance: float | None = None) -> str:
+        """Add an episodic node (one observed input) and return its id.
+
+        Parameters
+        ----------
+        text : str
+            The observed input, verbatim.
+        source : str, optional
+            Source id (e.g. ``"D1:3"``) carried by every fact engrammed with this episode.
+        time : str, optional
+            Time stamp of the input, kept as metadata.
+        importance : float, optional
+            Initial importance in [0, 1] (default ``EngramConfig.init_importance``).
+        """
+        if not isinstance(text, str) or not text.strip():
+            raise ValueError("add_episode needs a non-empty text")
+        imp = self.config.engram.init_importance if importance is None else float(importance)
+        if not 0.0 <= imp <= 1.0:
+            raise ValueError(f"importance must be in [0, 1], got {importance}")
+        vec = self._encode([text])[0]
+        i = self._add_node(text, vec, KIND_EPISODE, importance=imp, surprise=0.0,
+                           source=None if source is None else str(source), time=None if time is None else str(time))
+        self.oplog.append({"op": "add_episode", "text": text, "source": source, "time": time,
+                           "importance": importance})
+        return self.node_id(i)
+
+    def engram(self, triplets, episode: str | None = None, source: str | None = None, time: str | None = None,
+               importance: float | None = None) -> EngramReport:
+        """Write facts into memory (see :func:`mags_lib.graph.engram.engram`)."""
+        from .engram import engram
+
+        rep = engram(self, triplets, episode=episode, source=source, time=time, importance=importance)
+        self.oplog.append({"op": "engram", "triplets": [list(t) for t in _as_triplets(triplets)],
+                           "episode": episode, "source": source, "time": time, "importance": importance})
+        return rep
+
+    def recall(self, query: str | Sequence[str], k: int = 10, query_embeddings: np.ndarray | None = None,
+               config=None) -> Recall:
+        """Recall facts and episodes (see :func:`mags_lib.graph.recall.recall`)."""
+        from .recall import recall
+
+        res = recall(self, query, k=k, query_embeddings=query_embeddings, config=config)
+        cfg = config or self.config.recall
+        if cfg.touch or cfg.coactivation:
+            self.oplog.append({
+                "op": "recall", "query": query if isinstance(query, str) else list(query), "k": int(k),
+                "query_embeddings": None if query_embeddings is None
+                else np.asarray(query_embeddings, dtype=np.float32).tolist(),
+                "config": None if config is None else _cfg_dict(config)})
+        return res
+
+    def reinforce(self, result: Recall, reward: float = 1.0, items: Sequence[int] | None = None) -> int:
+        """Strengthen (reward > 0) or weaken (reward < 0) the paths of recalled items.
+
+        Returns the number of distinct edges changed (see :func:`mags_lib.graph.dynamics.reinforce_edges`).
+        """
+        from .dynamics import reinforce_edges
+
+        if not -1.0 <= float(reward) <= 1.0:
+            raise ValueError(f"reward must be in [-1, 1], got {reward}")
+        chosen = result.items if items is None else [result.items[i] for i in items]
+        eids = sorted({e for it in chosen for e in it.edges} | {it.edge_id for it in chosen if it.edge_id is not None})
+        n = reinforce_edges(self, eids, reward)
+        self.oplog.append({"op": "reinforce", "edges": eids, "reward": float(reward)})
+        return n
+
+    def maintain(self, steps: Sequence[str] | None = None) -> MaintainReport:
+        """One tick of every enabled dynamic (see :func:`mags_lib.graph.dynamics.maintain`)."""
+        from .dynamics import maintain
+
+        rep = maintain(self, steps=steps)
+        self.oplog.append({"op": "maintain", "steps": None if steps is None else list(steps)})
+        return rep
+
+    def set_permanent(self, node_id: str, permanent: bool = True) -> None:
+        """Pin (or unpin) a node: permanent nodes are never pruned or evicted."""
+        i = self._idx(node_id)
+        self.nodes.permanent[i] = bool(permanent)
+        self.oplog.append({"op": "set_permanent", "node": node_id, "permanent": bool(permanent)})
+
+    # ------------------------------------------------------------------------------------------
+    # replay
+    def apply(self, op: dict) -> None:
+        """Apply one operation-log entry (as recorded by this class)."""
+        kind = op.get("op")
+        if kind == "add_episode":
+            self.add_episode(op["text"], source=op["source"], time=op["time"], importance=op.get("importance"))
+        elif kind == "engram":
+            self.engram([tuple(t) for t in op["triplets"]], episode=op["episode"], source=op["source"],
+                        time=op["time"], importance=op.get("importance"))
+        elif kind == "recall":
+            qe = op.get("query_embeddings")
+            cfg = op.get("config")
+            from .config import RecallConfig
+            self.recall(op["query"], k=op["k"], query_embeddings=None if qe is None else np.asarray(qe, np.float32),
+                        config=None if cfg is None else RecallConfig(**cfg))
+        elif kind == "reinforce":
+            from .dynamics import reinforce_edges
+            reinforce_edges(self, op["edges"], op["reward"])
+            self.oplog.append(dict(op))
+        elif kind == "maintain":
+            self.maintain(steps=op.get("steps"))
+        elif kind == "set_permanent":
+            self.set_permanent(op["node"], op["permanent"])
+        else:
+            raise ValueError(f"unknown operation {kind!r} in the operation log")
+
+    @classmethod
+    def replay(cls, oplog: Sequence[dict], embedder, config: GraphConfig | None = None,
+               seed: int | None = None) -> LiquidGraph:
+        """Build a new graph by applying an operation log (needs the same embedder and config)."""
+        g = cls(embedder, config=config, seed=seed)
+        for op in oplog:
+            g.apply(op)
+        return g
+
+    # ------------------------------------------------------------------------------------------
+    # snapshots
+    def snapshot(self) -> str:
+        """Store a copy of the whole state in memory; returns its id (``"s0"``, ``"s1"``, ...)."""
+        sid = f"s{self._snap_counter}"
+        self._snap_counter += 1
+        st = self._state()
+        st["oplog"] = [dict(o) for o in self.oplog]
+        self._snapshots[sid] = st
+        return sid
+
+    @property
+    def snapshots(self) -> list[str]:
+        """Ids of the stored snapshots."""
+        return list(self._snapshots)
+
+    def rollback(self, sid: str) -> None:
+        """Restore the graph to snapshot ``sid`` exactly (the operation log is truncated to match)."""
+        if sid not in self._snapshots:
+            raise KeyError(f"unknown snapshot {sid!r}; known: {self.snapshots}")
+        st = self._snapshots[sid]
+        self._load_state(st, oplog=st["oplog"])
+
+    def drop_snapshot(self, sid: str) -> None:
+        """Free a snapshot's memory."""
+        self._snapshots.pop(sid, None)
+
+    def diff(self, a: str, b: str | None = None, *, atol: float = 1e-12) -> GraphDiff:
+        """What changed from snapshot ``a`` to snapshot ``b`` (None: the current graph)."""
+        if a not in self._snapshots:
+            raise KeyError(f"unknown snapshot {a!r}; known: {self.snapshots}")
+        if b is not None and b not in self._snapshots:
+            raise KeyError(f"unknown snapshot {b!r}; known: {self.snapshots}")
+        sa = self._snapshots[a]
+        sb = self._state() if b is None else self._snapshots[b]
+        return _diff_states(sa, sb, atol=atol)
+
+    def equals(self, other: LiquidGraph) -> bool:
+        """True when both graphs hold exactly the same state (arrays, text, provenance, clock)."""
+        return not _state_differences(self._state(), other._state())
+
+    # ------------------------------------------------------------------------------------------
+    # inspection
+    def stats(self) -> dict:
+        """Counts and summary statistics of the memory."""
+        nd, ed = self.nodes, self.edges
+        alive = nd.alive
+        live = ed.alive & ed.valid
+        s = ed.strength[live]
+        return {
+            "tick": int(self.tick),
+            "n_nodes": int(alive.sum()),
+            "n_entities": int((alive & (nd.kind == KIND_ENTITY)).sum()),
+            "n_episodes": int((alive & (nd.kind == KIND_EPISODE)).sum()),
+            "n_working": int((alive & (nd.stage == STAGE_WORKING) & (nd.kind == KIND_ENTITY)).sum()),
+            "n_long_term": int((alive & (nd.stage == STAGE_LONG) & (nd.kind == KIND_ENTITY)).sum()),
+            "n_permanent_nodes": int((alive & nd.permanent).sum()),
+            "n_edges": int(ed.alive.sum()),
+            "n_valid_edges": int(live.sum()),
+            "n_facts": int((live & (ed.kind == EDGE_FACT)).sum()),
+            "n_invalidated": int((ed.alive & ~ed.valid).sum()),
+            "n_permanent_edges": int((live & ed.permanent).sum()),
+            "n_relations": len(self._rel_text),
+            "n_clusters": len(np.unique(nd.cluster[alive & (nd.cluster >= 0)])),
+            "mean_strength": float(s.mean()) if s.size else 0.0,
+            "approximate_index": bool(self._ent_index.approximate),
+            "n_ops": len(self.oplog),
+        }
+
+    def node(self, node_id: str) -> dict:
+        """All attributes of one live node."""
+        i = self._idx(node_id)
+        nd = self.nodes
+        m = nd.meta[i]
+        return {
+            "id": self.node_id(i), "text": nd.text[i],
+            "block": "episodic" if nd.kind[i] == KIND_EPISODE else "semantic",
+            "stage": "long_term" if nd.stage[i] == STAGE_LONG else "working",
+            "importance": float(nd.importance[i]), "surprise": float(nd.surprise[i]),
+            "confidence": float(nd.confidence[i]), "created": int(nd.created[i]),
+            "last_access": int(nd.last_access[i]), "access_count": int(nd.access[i]),
+            "permanent": bool(nd.permanent[i]), "cluster": int(nd.cluster[i]),
+            "aliases": list(m["aliases"]), "source": m.get("source"), "time": m.get("time"),
+            "degree": int(self.G.degree(i)),
+        }
+
+    def edge(self, eid: int) -> dict:
+        """All attributes of one edge (alive or not, valid or not)."""
+        ed, nd = self.edges, self.nodes
+        if not 0 <= int(eid) < ed.n:
+            raise KeyError(f"no edge {eid}")
+        e = int(eid)
+        s, o = int(ed.src[e]), int(ed.dst[e])
+        return {
+            "id": e, "subject": nd.text[s], "relation": self._rel_text[ed.rel[e]], "object": nd.text[o],
+            "src": self.node_id(s), "dst": self.node_id(o), "kind": EDGE_KIND_NAMES[int(ed.kind[e])],
+            "strength": float(ed.strength[e]), "confidence": float(ed.confidence[e]),
+            "created": int(ed.created[e]), "last_used": int(ed.last_used[e]), "uses": int(ed.uses[e]),
+            "alive": bool(ed.alive[e]), "valid": bool(ed.valid[e]), "valid_from": int(ed.valid_from[e]),
+            "valid_to": None if ed.valid_to[e] < 0 else int(ed.valid_to[e]),
+            "invalidated_by": None if ed.invalidated_by[e] < 0 else int(ed.invalidated_by[e]),
+            "permanent": bool(ed.permanent[e]), "episodes": list(ed.episodes[e]), "sources": list(ed.sources[e]),
+        }
+
+    def facts(self, include_invalid: bool = False) -> list[dict]:
+        """Every live fact edge (and the superseded ones with ``include_invalid``)."""
+        ed = self.edges
+        mask = ed.alive & (ed.kind == EDGE_FACT)
+        if not include_invalid:
+            mask &= ed.valid
+        return [self.edge(e) for e in np.flatnonzero(mask).tolist()]
+
+    def history(self, subject: str, relation: str) -> list[dict]:
+        """All facts ever stored for (subject, relation), valid and superseded, oldest first."""
+        i = self._entity_key.get(norm_key(subject))
+        rid = self._rel_id.get(norm_key(relation))
+        if i is None or rid is None:
+            return []
+        ed = self.edges
+        mask = ed.alive & (ed.kind == EDGE_FACT) & (ed.src == i) & (ed.rel == rid)
+        return [self.edge(e) for e in np.flatnonzero(mask).tolist()]
+
+    def find(self, text: str) -> str | None:
+        """Id of the entity node whose normalised text (or an alias) equals ``text``, or None."""
+        i = self._entity_key.get(norm_key(text))
+        return None if i is None else self.node_id(i)
+
+    def to_networkx(self, include_invalid: bool = False) -> nx.MultiDiGraph:
+        """A copy of the live memory as a networkx MultiDiGraph with string ids and all attributes."""
+        out = nx.MultiDiGraph()
+        for i in np.flatnonzero(self.nodes.alive).tolist():
+            d = self.node(self.node_id(i))
+            out.add_node(d.pop("id"), **d)
+        ed = self.edges
+        mask = ed.alive if include_invalid else (ed.alive & ed.valid)
+        for e in np.flatnonzero(mask).tolist():
+            d = self.edge(e)
+            out.add_edge(d["src"], d["dst"], key=e, **d)
+        return out
+
+    def __repr__(self) -> str:
+        s = self.stats()
+        return (f"LiquidGraph(nodes={s['n_nodes']}, valid_edges={s['n_valid_edges']}, facts={s['n_facts']}, "
+                f"episodes={s['n_episodes']}, tick={s['tick']})")
+
+    # persistence (see .persistence)
+    def save(self, path) -> object:
+        """Save atomically to a versioned directory (see :func:`mags_lib.graph.persistence.save_graph`)."""
+        from .persistence import save_graph
+
+        return save_graph(self, path)
+
+    @classmethod
+    def load(cls, path, embedder, config: GraphConfig | None = None) -> LiquidGraph:
+        """Load a graph saved by :meth:`save` (see :func:`mags_lib.graph.persistence.load_graph`)."""
+        from .persistence import load_graph
+
+        return load_graph(path, embedder, config=config)
+
+    def with_config(self, config: GraphConfig) -> LiquidGraph:
+        """A copy of this graph (state and log) that runs with another config."""
+        g = LiquidGraph(self.embedder, config=config, seed=self.seed)
+        g._load_state(self._state(), oplog=self.oplog)
+        return g
+
+    def copy(self) -> LiquidGraph:
+        """An independent copy (state, log, config; snapshots are not copied)."""
+        return self.with_config(self.config)
+
+
+# ----------------------------------------------------------------------------------------------
+def _union(dst: list, src: Iterable) -> None:
+    for x in src:
+        if x not in dst:
+            dst.append(x)
+
+
+def _as_triplets(triplets) -> list[tuple[str, str, str]]:
+    if isinstance(triplets, tuple) and len(triplets) == 3 and all(isinstance(x, str) for x in triplets):
+        triplets = [triplets]
+    out = []
+    for t in triplets:
+        if not isinstance(t, (tuple, list)) or len(t) != 3:
+            raise ValueError(f"a triplet must be (subject, relation, object), got {t!r}")
+        out.append(tuple(str(x) for x in t))
+    return out
+
+
+def _cfg_dict(cfg) -> dict:
+    from dataclasses import asdict
+
+    return asdict(cfg)
+
+
+def _state_differences(a: dict, b: dict) -> list[str]:
+    """Names of the state parts that differ (empty: identical)."""
+    out = []
+    for part in ("nodes", "edges"):
+        if a[part]["n"] != b[part]["n"]:
+            out.append(f"{part}.n")
+            continue
+        for k, v in a[part]["arrays"].items():
+            if not np.array_equal(v, b[part]["arrays"][k]):
+                out.append(f"{part}.{k}")
+        for k, v in a[part]["lists"].items():
+            if v != b[part]["lists"][k]:
+                out.append(f"{part}.{k}")
+    for k in ("emb", "rel_emb"):
+        if a[k].shape != b[k].shape or not np.array_equal(a[k], b[k]):
+            out.append(k)
+    for k in ("rel_text", "coact", "tick"):
+        if a[k] != b[k]:
+            out.append(k)
+    return out
+
+
+def _diff_states(a: dict, b: dict, atol: float) -> GraphDiff:
+    d = GraphDiff()
+    na, nb = a["nodes"], b["nodes"]
+    ka = np.flatnonzero(na["arrays"]["alive"])
+    kb = np.flatnonzero(nb["arrays"]["alive"])
+
+    def nid(st, i):
+        return ("ep" if st["arrays"]["kind"][i] == KIND_EPISODE else "n") + str(int(i))
+
+    sa, sb = set(ka.tolist()), set(kb.tolist())
+    d.nodes_added = [nid(nb, i) for i in sorted(sb - sa)]
+    d.nodes_removed = [nid(na, i) for i in sorted(sa - sb)]
+    for i in sorted(sa & sb):
+        changed = [k for k in ("stage", "importance", "surprise", "access", "last_access", "permanent", "cluster")
+                   if na["arrays"][k][i] != nb["arrays"][k][i]]
+        if changed:
+            d.node_changed[nid(nb, i)] = changed
+    ea, eb = a["edges"]["arrays"], b["edges"]["arrays"]
+    n_common = min(len(ea["alive"]), len(eb["alive"]))
+    alive_a = np.zeros(len(eb["alive"]), dtype=bool)
+    alive_a[:n_common] = ea["alive"][:n_common]
+    valid_a = np.zeros(len(eb["alive"]), dtype=bool)
+    valid_a[:n_common] = ea["valid"][:n_common]
+    d.edges_added = np.flatnonzero(eb["alive"] & ~alive_a).tolist()
+    d.edges_removed = np.flatnonzero(ea["alive"][:n_common] & ~eb["alive"][:n_common]).tolist() + \
+        np.flatnonzero(ea["alive"][n_common:]).__add__(n_common).tolist()
+    both = alive_a[:n_common] & eb["alive"][:n_common]
+    d.edges_invalidated = np.flatnonzero(both & valid_a[:n_common] & ~eb["valid"][:n_common]).tolist()
+    d.edges_revalidated = np.flatnonzero(both & ~valid_a[:n_common] & eb["valid"][:n_common]).tolist()
+    diff = both & (np.abs(ea["strength"][:n_common] - eb["strength"][:n_common]) > atol)
+    for e in np.flatnonzero(diff).tolist():
+        d.strength_changed[e] = (float(ea["strength"][e]), float(eb["strength"][e]))
+    return d
+
+
+def _replace_dynamics(cfg: GraphConfig, **kw) -> GraphConfig:
+    """``dataclasses.replace`` on the dynamics part (used by the explorer)."""
+    return replace(cfg, dynamics=replace(cfg.dynamics, **kw))

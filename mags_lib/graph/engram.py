@@ -1,0 +1,231 @@
+"""Engram: write triplets into the Liquid Knowledge Graph.
+
+For a batch of ``(subject, relation, object)`` triplets:
+
+1. **entity resolution** -- each subject/object text is looked up by normalised text, then by
+   embedding similarity among live entities (and the entities created earlier in the same batch);
+   at or above ``EngramConfig.resolve_threshold`` the existing node is updated (access count,
+   alias, importance), otherwise a new node is created in working memory with
+   ``surprise = novelty_surprise * (1 - best similarity)`` (novelty; contradictions raise it to
+   ``conflict_surprise`` later);
+2. **GAT-inspired initial edges** -- a new node attends over its ``gat_k`` nearest entities:
+   logits ``e_j = LeakyReLU(sim_j)``, weights ``a = softmax(e / temperature)``, and an
+   association edge of strength ``gat_max_strength * a_j * sim_j`` (attention shares the weight,
+   the cosine says how much there is to share) goes to every neighbour with
+   ``sim_j >= gat_min_similarity`` and strength ``>= gat_min_strength``;
+3. **facts** -- a repeated fact is reinforced (``s += repeat_gain * (1 - s)``, provenance merged);
+   a new fact whose relation is functional and whose subject already has a *different* valid
+   object is **reconciled**: with policy ``"newer"`` the old edge is invalidated (``valid=False``,
+   ``valid_to``, ``invalidated_by`` = the new edge; it leaves the traversable structure but stays
+   inspectable through :meth:`LiquidGraph.history`), with ``"stronger"`` the edge with the larger
+   ``strength * confidence`` wins and the loser is stored invalid; the episodes that produced a
+   superseded fact lose confidence (``superseded_episode_confidence``), so recall ranks them lower;
+4. **episodes** -- when an episode id is given its node is linked to the facts' entities and its
+   id and source id travel in every fact's provenance.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .core import _as_triplets, _union, norm_key
+from .model import EngramReport
+from .store import EDGE_ASSOC, EDGE_FACT, EDGE_MENTION, KIND_ENTITY, KIND_EPISODE
+
+__all__ = ["ASSOC_RELATION", "MENTION_RELATION", "engram", "gat_attention"]
+
+ASSOC_RELATION = "related to"
+MENTION_RELATION = "mentions"
+
+
+def gat_attention(similarities: np.ndarray, *, temperature: float = 0.1, negative_slope: float = 0.2
+                  ) -> np.ndarray:
+    """GAT-style attention weights over neighbour similarities.
+
+    ``softmax(LeakyReLU(sim) / temperature)``.
+
+    >>> w = gat_attention(np.array([0.9, 0.9]))
+    >>> [round(float(x), 3) for x in w]
+    [0.5, 0.5]
+    """
+    s = np.asarray(similarities, dtype=np.float64)
+    if s.size == 0:
+        return s
+    e = np.where(s > 0, s, negative_slope * s) / temperature
+    e = np.exp(e - e.max())
+    return e / e.sum()
+
+
+def engram(g, triplets, *, episode: str | None = None, source: str | None = None, time: str | None = None,
+           importance: float | None = None) -> EngramReport:
+    """Write triplets into graph ``g`` (the :meth:`LiquidGraph.engram` logic, unlogged).
+
+    Parameters
+    ----------
+    g : LiquidGraph
+    triplets : sequence of (str, str, str)
+        Facts as (subject, relation, object). Empty fields are skipped and reported.
+    episode : str, optional
+        Episode node id (from :meth:`LiquidGraph.add_episode`) these facts came from.
+    source : str, optional
+        Source id stored in the facts' provenance (the episode's source is added too).
+    time : str, optional
+        Kept for the operation log; the time of an input lives on its episode node.
+    importance : float, optional
+        Importance of the nodes written (default ``EngramConfig.init_importance`` for new nodes).
+
+    Returns
+    -------
+    EngramReport
+    """
+    cfg = g.config.engram
+    nd, ed = g.nodes, g.edges
+    trips = _as_triplets(triplets)
+    rep = EngramReport(n_triplets=len(trips))
+    if importance is not None and not 0.0 <= float(importance) <= 1.0:
+        raise ValueError(f"importance must be in [0, 1], got {importance}")
+    ep_idx = None
+    episodes: list[str] = []
+    sources: list[str] = [] if source is None else [str(source)]
+    if episode is not None:
+        ep_idx = g._idx(episode)
+        if nd.kind[ep_idx] != KIND_EPISODE:
+            raise ValueError(f"{episode!r} is not an episode node; pass the id returned by add_episode()")
+        episodes = [g.node_id(ep_idx)]
+        ep_src = nd.meta[ep_idx].get("source")
+        if ep_src is not None and ep_src not in sources:
+            sources.append(ep_src)
+    imp = cfg.init_importance if importance is None else float(importance)
+
+    # -- clean input -------------------------------------------------------------------------
+    clean: list[tuple[str, str, str, str, str, str]] = []
+    for t in trips:
+        s, r, o = (x.strip() for x in t)
+        ks, kr, ko = norm_key(s), norm_key(r), norm_key(o)
+        if not (s and r and o) or not ks or not ko:
+            rep.skipped.append((t, "empty subject, relation or object"))
+            continue
+        clean.append((s, r, o, ks, kr, ko))
+    if not clean:
+        return rep
+
+    # -- embed what is new --------------------------------------------------------------------
+    ent_texts: dict[str, str] = {}
+    for s, r, o, ks, kr, ko in clean:
+        for text, key in ((s, ks), (o, ko)):
+            if key not in g._entity_key and key not in ent_texts:
+                ent_texts[key] = text
+    rel_texts: dict[str, str] = {}
+    for s, r, o, ks, kr, ko in clean:
+        if kr not in g._rel_id and kr not in rel_texts:
+            rel_texts[kr] = r
+    extra = [t for t in (ASSOC_RELATION, MENTION_RELATION) if t not in g._rel_id and t not in rel_texts]
+    for t in extra:
+        rel_texts[t] = t
+    ent_keys = list(ent_texts)
+    vecs = g._encode([ent_texts[k] for k in ent_keys] + list(rel_texts.values()))
+    ent_vecs, rel_vecs = vecs[: len(ent_keys)], vecs[len(ent_keys):]
+    for (key, text), v in zip(rel_texts.items(), rel_vecs):
+        g._relation(key, v)
+    assoc_rel = g._rel_id[ASSOC_RELATION]
+    mention_rel = g._rel_id[MENTION_RELATION]
+
+    # -- entity resolution + GAT edges ------------------------------------------------------
+    touched: dict[int, None] = {}
+    if ent_keys:
+        k_search = max(cfg.gat_k, 1)
+        found = g._ent_index.search(ent_vecs, k_search, g._emb, expansion=g.config.index.expansion_resolve)
+        created: list[int] = []
+        for j, key in enumerate(ent_keys):
+            v = ent_vecs[j]
+            rows, sims = found[j]
+            if created:
+                cs = g._emb[created] @ v
+                rows = np.concatenate([rows, np.asarray(created, dtype=np.int64)])
+                sims = np.concatenate([sims, cs.astype(np.float32)])
+                order = np.lexsort((rows, -sims))[:k_search]
+                rows, sims = rows[order], sims[order]
+            best = float(sims[0]) if sims.size else -1.0
+            if best >= cfg.resolve_threshold:
+                i = int(rows[0])
+                g._entity_key[key] = i
+                meta = nd.meta[i]
+                if key not in meta["keys"]:
+                    meta["keys"].append(key)
+                if ent_texts[key] not in meta["aliases"]:
+                    meta["aliases"].append(ent_texts[key])
+                rep.resolved.append((ent_texts[key], g.node_id(i), best))
+                continue
+            novelty = float(1.0 - max(best, 0.0))
+            i = g._add_node(ent_texts[key], v, KIND_ENTITY, importance=imp, surprise=cfg.novelty_surprise * novelty)
+            created.append(i)
+            rep.new_nodes.append(g.node_id(i))
+            if cfg.gat and sims.size:
+                keep = sims >= cfg.gat_min_similarity
+                if keep.any():
+                    att = gat_attention(sims[keep], temperature=cfg.gat_temperature)
+                    for nb, a, sim in zip(rows[keep].tolist(), att.tolist(), sims[keep].tolist()):
+                        st = cfg.gat_max_strength * a * sim
+                        if st >= cfg.gat_min_strength and nb != i:
+                            e = g._add_edge(i, nb, assoc_rel, EDGE_ASSOC, st, cfg.init_confidence, episodes, sources)
+                            rep.association_edges.append(e)
+
+    # -- facts ----------------------------------------------------------------------------
+    tick = g.tick
+    for s, r, o, ks, kr, ko in clean:
+        si, oi = g._entity_key[ks], g._entity_key[ko]
+        rid = g._rel_id[kr]
+        for i in (si, oi):
+            nd.access[i] += 1
+            nd.last_access[i] = tick
+            if importance is not None and nd.importance[i] < imp:
+                nd.importance[i] = imp
+            touched[i] = None
+        if si == oi:
+            rep.skipped.append(((s, r, o), "subject and object resolve to the same node"))
+            continue
+        e = g._find_edge(si, oi, rid, EDGE_FACT)
+        if e is not None:
+            ed.strength[e] += cfg.repeat_gain * (1.0 - ed.strength[e])
+            ed.confidence[e] += cfg.repeat_gain * (1.0 - ed.confidence[e])
+            ed.last_used[e] = tick
+            ed.uses[e] += 1
+            _union(ed.episodes[e], episodes)
+            _union(ed.sources[e], sources)
+            rep.reinforced_edges.append(e)
+        else:
+            rivals = []
+            if cfg.reconcile and cfg.is_functional(kr):
+                for nb, kd in g.G._succ[si].items():
+                    if nb == oi:
+                        continue
+                    for x in kd:
+                        if ed.rel[x] == rid and ed.kind[x] == EDGE_FACT:
+                            rivals.append(int(x))
+            if rivals and cfg.conflict_policy == "stronger":
+                old_best = max(rivals, key=lambda x: ed.strength[x] * ed.confidence[x])
+                if ed.strength[old_best] * ed.confidence[old_best] > cfg.init_strength * cfg.init_confidence:
+                    e = g._add_edge(si, oi, rid, EDGE_FACT, cfg.init_strength, cfg.init_confidence, episodes,
+                                    sources, valid=False)
+                    ed.invalidated_by[e] = old_best
+                    rep.rejected_edges.append(e)
+                    continue
+            e = g._add_edge(si, oi, rid, EDGE_FACT, cfg.init_strength, cfg.init_confidence, episodes, sources)
+            rep.new_edges.append(e)
+            for x in rivals:
+                g._invalidate_edge(x, by=e)
+                rep.invalidated_edges.append(x)
+                for ep_id in ed.episodes[x]:  # the inputs that said the old fact now count less
+                    j = int(ep_id[2:])
+                    if nd.alive[j] and ep_id not in episodes:
+                        nd.confidence[j] *= cfg.superseded_episode_confidence
+            if rivals:
+                for i in (si, oi, int(ed.dst[rivals[0]])):
+                    nd.surprise[i] = max(nd.surprise[i], cfg.conflict_surprise)
+    # -- episode links --------------------------------------------------------------------
+    if ep_idx is not None and cfg.link_episodes:
+        for i in touched:
+            if g._find_edge(ep_idx, i, mention_rel, EDGE_MENTION) is None:
+                g._add_edge(ep_idx, i, mention_rel, EDGE_MENTION, cfg.episode_link_strength, 1.0, episodes, sources)
+        nd.last_access[ep_idx] = tick
+    return rep

@@ -1,0 +1,307 @@
+"""Recall: anchors by similarity, coverage-maximising anchor choice, bounded traversal, scoring.
+
+For each query:
+
+1. **over-query** ``overquery * n_anchors`` candidate nodes by cosine (entities, and episodes when
+   ``include_episodes``);
+2. **choose anchors** greedily, query-aware and coverage-maximising (the seed's "convex hull"
+   idea): the reach of a candidate is itself plus its 1-hop neighbours; each round picks the
+   candidate with the largest gain ``sim * ((1 - w) + w * |reach - covered| / |reach|)`` where
+   ``w = coverage_weight``, so a candidate whose neighbourhood another anchor already covers loses
+   up to ``w`` of its similarity;
+3. **traverse** from each anchor, breadth-first or depth-first, following at most ``max_branch``
+   strongest edges per node while the product of edge strengths along the path stays at or above
+   ``min_path_strength`` (and at most ``max_depth`` hops, ``max_visits`` edges per anchor);
+4. **score** every reached fact edge and episode:
+   ``((1 - r) * anchor_sim * path_weight + r * relevance) * (1 + confidence) / 2`` with ``r =
+   relevance_weight``, ``path_weight`` the product of strengths from the anchor to the item (the
+   fact's own edge included) and ``relevance`` the cosine between the query and the composite
+   vector ``e_subject + e_relation + e_object`` (the episode's own vector for an episode). Each
+   item keeps its best score;
+5. **route** between the blocks: at most ``ceil(max_episode_share * k)`` episodes, unless there
+   are too few facts to fill ``k``.
+
+Only alive, valid edges are in the traversable structure, so a superseded fact is never returned.
+With ``touch`` the returned nodes and edges get their access counts and times updated; with
+``coactivation`` the edges on returned paths and the pairs of anchors are recorded for the
+Hebbian step of the next :meth:`LiquidGraph.maintain`.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Sequence
+
+import numpy as np
+
+from .config import RecallConfig
+from .model import Anchor, Recall, RecallItem, RecallTrace, TracePath
+from .store import EDGE_FACT, KIND_EPISODE
+
+__all__ = ["choose_anchors", "recall"]
+
+
+def choose_anchors(candidates: Sequence[int], similarities: Sequence[float], reach: Sequence[set],
+                   n_anchors: int, *, coverage_weight: float = 0.5, min_similarity: float = 0.0,
+                   covered: set | None = None) -> list[tuple[int, float, float]]:
+    """Greedy query-aware max-coverage choice of anchors.
+
+    Parameters
+    ----------
+    candidates : sequence of int
+        Candidate node ids.
+    similarities : sequence of float
+        Their cosine similarity to the query.
+    reach : sequence of set
+        The nodes each candidate covers (itself and its neighbours).
+    n_anchors : int
+        How many to choose.
+    coverage_weight : float
+        0 ranks by similarity alone; 1 scales similarity entirely by the uncovered share.
+    min_similarity : float
+        Candidates below are never chosen.
+    covered : set, optional
+        Nodes already covered (e.g. by anchors of an earlier query); updated in place.
+
+    Returns
+    -------
+    list of (candidate, similarity, gain)
+
+    Examples
+    --------
+    Two near-identical candidates covering the same nodes and a less similar one elsewhere: the
+    second anchor is the one that covers new ground.
+
+    >>> choose_anchors([1, 2, 3], [0.9, 0.88, 0.6], [{1, 2, 5}, {1, 2, 5}, {3, 7}], 2)
+    [(1, 0.9, 0.9), (3, 0.6, 0.6)]
+    """
+    covered = set() if covered is None else covered
+    left = [i for i in range(len(candidates)) if similarities[i] >= min_similarity]
+    out: list[tuple[int, float, float]] = []
+    w = coverage_weight
+    while left and len(out) < n_anchors:
+        best, best_gain = None, -np.inf
+        for i in left:
+            r = reach[i]
+            new = len(r - covered) / len(r) if r else 0.0
+            gain = similarities[i] * ((1.0 - w) + w * new)
+            if gain > best_gain:
+                best, best_gain = i, gain
+        left.remove(best)
+        covered |= reach[best]
+        out.append((candidates[best], float(similarities[best]), float(best_gain)))
+    return out
+
+
+def recall(g, query: str | Sequence[str], k: int = 10, query_embeddings: np.ndarray | None = None,
+           config: RecallConfig | None = None) -> Recall:
+    """Recall from graph ``g`` (the :meth:`LiquidGraph.recall` logic, unlogged).
+
+    Parameters
+    ----------
+    g : LiquidGraph
+    query : str or sequence of str
+        One query or several (multi-query); items keep their best score over the queries.
+    k : int
+        Items returned.
+    query_embeddings : ndarray, optional
+        Precomputed L2-normalised query vectors, shape (n_queries, dim); skips the embedder.
+    config : RecallConfig, optional
+        Overrides ``g.config.recall`` for this call.
+
+    Returns
+    -------
+    Recall
+        ``items`` (best first) and ``trace``.
+    """
+    cfg = config or g.config.recall
+    queries = [query] if isinstance(query, str) else list(query)
+    if not queries or not all(isinstance(q, str) for q in queries):
+        raise ValueError("recall needs a query string or a non-empty list of query strings")
+    if int(k) < 1:
+        raise ValueError(f"k must be >= 1, got {k}")
+    if query_embeddings is None:
+        Q = g._encode(queries)
+    else:
+        Q = np.asarray(query_embeddings, dtype=np.float32)
+        if Q.ndim == 1:
+            Q = Q[None, :]
+        if Q.shape != (len(queries), g.dim):
+            raise ValueError(f"query_embeddings has shape {Q.shape}, expected ({len(queries)}, {g.dim})")
+    trace = RecallTrace(queries=queries)
+    nd, ed, G = g.nodes, g.edges, g.G
+    succ, pred = G._succ, G._pred
+    strength = ed.strength
+    emb = g._emb
+    n_cand = cfg.overquery * cfg.n_anchors
+
+    ent_hits = g._ent_index.search(Q, n_cand, emb)
+    ep_hits = g._ep_index.search(Q, n_cand, emb) if cfg.include_episodes else None
+
+    covered: set = set()
+    anchors: list[tuple[int, int, float]] = []  # (node, query, sim)
+    chosen: set = set()
+    for qi in range(len(queries)):
+        rows, sims = ent_hits[qi]
+        if ep_hits is not None and ep_hits[qi][0].size:
+            rows = np.concatenate([rows, ep_hits[qi][0]])
+            sims = np.concatenate([sims, ep_hits[qi][1]])
+            order = np.lexsort((rows, -sims))[:n_cand]
+            rows, sims = rows[order], sims[order]
+        cand = [int(r) for r in rows.tolist() if r not in chosen]
+        csim = [float(s) for r, s in zip(rows.tolist(), sims.tolist()) if r not in chosen]
+        for r, s in zip(cand, csim):
+            trace.candidates.append((g.node_id(r), qi, s))
+        reach = [set(succ[c]) | set(pred[c]) | {c} for c in cand]
+        picked = choose_anchors(cand, csim, reach, cfg.n_anchors, coverage_weight=cfg.coverage_weight,
+                                min_similarity=cfg.min_anchor_similarity, covered=covered)
+        for node, sim, gain in picked:
+            chosen.add(node)
+            anchors.append((node, qi, sim))
+            trace.anchors.append(Anchor(g.node_id(node), nd.text[node], qi, sim, gain))
+
+    # -- traversal -----------------------------------------------------------------------------
+    both = cfg.direction == "both"
+    thr = cfg.min_path_strength
+    max_depth, max_branch, max_visits = cfg.max_depth, cfg.max_branch, cfg.max_visits
+    dfs = cfg.traversal == "dfs"
+    with_eps = cfg.include_episodes
+    # key: edge id (fact) or -1 - node (episode) -> (weight, anchor_sim, query, path nodes, path edges)
+    reached: dict[int, tuple] = {}
+    node_w: dict[int, float] = {}
+    edge_w: dict[int, float] = {}
+    kinds = nd.kind
+    ekind = ed.kind
+    for a, qi, asim in anchors:
+        node_w[a] = 1.0
+        if kinds[a] == KIND_EPISODE:
+            reached[-1 - a] = (1.0, asim, qi, (a,), ())
+        visits = 0
+        frontier = deque([(a, (a,), (), 1.0)])
+        pop = frontier.pop if dfs else frontier.popleft
+        seen_edges: set = set()
+        while frontier and visits < max_visits:
+            u, pnodes, pedges, w = pop()
+            if len(pedges) >= max_depth:
+                continue
+            inc = [(e, v) for v, kd in succ[u].items() for e in kd]
+            if both:
+                inc += [(e, v) for v, kd in pred[u].items() for e in kd]
+            if not inc:
+                continue
+            if len(inc) > 1:
+                ws = strength[[e for e, _ in inc]]
+                order = sorted(range(len(inc)), key=ws.__getitem__, reverse=True)[:max_branch]
+                cand = [(inc[j][0], inc[j][1], float(ws[j]) * w) for j in order]
+            else:
+                cand = [(inc[0][0], inc[0][1], float(strength[inc[0][0]]) * w)]
+            nexts = []
+            for e, v, w2 in cand:
+                if w2 < thr:
+                    break
+                if e in seen_edges or v in pnodes:
+                    continue
+                seen_edges.add(e)
+                visits += 1
+                nn, ne = pnodes + (v,), pedges + (e,)
+                if w2 > edge_w.get(e, 0.0):
+                    edge_w[e] = w2
+                if w2 > node_w.get(v, 0.0):
+                    node_w[v] = w2
+                if ekind[e] == EDGE_FACT:
+                    old = reached.get(e)
+                    if old is None or w2 * asim > old[0] * old[1]:
+                        reached[e] = (w2, asim, qi, nn, ne)
+                if with_eps and kinds[v] == KIND_EPISODE:
+                    old = reached.get(-1 - v)
+                    if old is None or w2 * asim > old[0] * old[1]:
+                        reached[-1 - v] = (w2, asim, qi, nn, ne)
+                nexts.append((v, nn, ne, w2))
+                if visits >= max_visits:
+                    break
+            if dfs:
+                nexts.reverse()  # strongest explored first
+            frontier.extend(nexts)
+    trace.edge_weights = {int(e): float(w) for e, w in edge_w.items()}
+    trace.node_weights = {g.node_id(n): float(w) for n, w in node_w.items()}
+
+    # -- scoring (vectorised over the reached items) ---------------------------------------------
+    lam = cfg.relevance_weight
+    keys = list(reached)
+    scores = np.zeros(0)
+    if keys:
+        vals = [reached[x] for x in keys]
+        w_arr = np.array([v[0] for v in vals])
+        a_arr = np.array([v[1] for v in vals])
+        q_arr = np.array([v[2] for v in vals], dtype=np.int64)
+        karr = np.array(keys, dtype=np.int64)
+        is_fact = karr >= 0
+        rel = np.zeros(len(keys))
+        conf = np.zeros(len(keys))
+        if is_fact.any():
+            fe = karr[is_fact]
+            fs, fo, fr = ed.src[fe], ed.dst[fe], ed.rel[fe]
+            S, R, O = emb[fs], g._rel_emb[fr], emb[fo]
+            qf = Q[q_arr[is_fact]]
+            dots = (S * qf).sum(1) + (R * qf).sum(1) + (O * qf).sum(1)
+            pair = (S * R).sum(1) + (S * O).sum(1) + (R * O).sum(1)
+            # cosine between the query and the composite vector e_s + e_r + e_o
+            rel[is_fact] = dots / np.sqrt(np.maximum(3.0 + 2.0 * pair, 1e-9))
+            conf[is_fact] = ed.confidence[fe]
+        if (~is_fact).any():
+            ne_ = -1 - karr[~is_fact]
+            rel[~is_fact] = (emb[ne_] * Q[q_arr[~is_fact]]).sum(1)
+            conf[~is_fact] = nd.confidence[ne_]
+        scores = ((1.0 - lam) * a_arr * w_arr + lam * rel) * (0.5 + 0.5 * conf)
+    order = sorted(range(len(keys)), key=lambda j: (-scores[j], keys[j]))
+    max_ep = int(np.ceil(cfg.max_episode_share * int(k)))
+    n_facts = sum(1 for x in keys if x >= 0)
+    max_ep = max(max_ep, int(k) - n_facts)  # routing: episodes fill what facts cannot
+    picked, n_ep = [], 0
+    for j in order:
+        if len(picked) >= int(k):
+            break
+        if keys[j] < 0:
+            if n_ep >= max_ep:
+                continue
+            n_ep += 1
+        picked.append(j)
+    items: list[RecallItem] = []
+    src_a, dst_a, rel_a = ed.src, ed.dst, ed.rel
+    for j in picked:
+        key = keys[j]
+        w, asim, qi, pn, pe = reached[key]
+        path = tuple(g.node_id(x) for x in pn)
+        trace.paths.append(TracePath(path, tuple(pe), float(w)))
+        if key >= 0:
+            s_, o_ = int(src_a[key]), int(dst_a[key])
+            trip = (nd.text[s_], g._rel_text[rel_a[key]], nd.text[o_])
+            items.append(RecallItem(text=" ".join(trip), triplet=trip, score=float(scores[j]),
+                                    sources=tuple(ed.sources[key]), path=path, kind="fact", edges=tuple(pe),
+                                    edge_id=int(key)))
+        else:
+            n = -1 - key
+            src = nd.meta[n].get("source")
+            items.append(RecallItem(text=nd.text[n], triplet=None, score=float(scores[j]),
+                                    sources=() if src is None else (src,), path=path, kind="episode",
+                                    edges=tuple(pe), node_id=g.node_id(n)))
+
+    # -- side effects --------------------------------------------------------------------------
+    if items and (cfg.touch or cfg.coactivation):
+        used_edges = sorted({e for it in items for e in it.edges} | {it.edge_id for it in items if it.edge_id is not None})
+        used_nodes = sorted({g._idx(x) for it in items for x in it.path})
+        if cfg.touch:
+            ue = np.asarray(used_edges, dtype=np.int64)
+            un = np.asarray(used_nodes, dtype=np.int64)
+            ed.last_used[ue] = g.tick
+            ed.uses[ue] += 1
+            nd.last_access[un] = g.tick
+            nd.access[un] += 1
+        if cfg.coactivation and g.config.dynamics.hebbian:  # nothing would ever consume it otherwise
+            ed.activation[np.asarray(used_edges, dtype=np.int64)] += 1.0
+            anc = sorted({g._idx(it.path[0]) for it in items})  # anchors that produced results
+            for i in range(len(anc)):
+                for j in range(i + 1, len(anc)):
+                    g._coact.append((anc[i], anc[j]))
+    return Recall(items=items, trace=trace)
+

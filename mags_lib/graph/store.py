@@ -1,0 +1,160 @@
+"""Column stores for nodes and edges: numpy arrays (numbers) plus Python lists (text, provenance).
+
+Rows are never reused: a node or edge id is its row number for the life of the graph, so ids stay
+stable through pruning, snapshots, rollback, save/load and operation-log replay. Removed rows are
+marked ``alive = False``.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import numpy as np
+
+__all__ = [
+    "EDGE_ARRAYS",
+    "EDGE_ASSOC",
+    "EDGE_FACT",
+    "EDGE_LISTS",
+    "EDGE_MENTION",
+    "KIND_ENTITY",
+    "KIND_EPISODE",
+    "NODE_ARRAYS",
+    "NODE_LISTS",
+    "STAGE_LONG",
+    "STAGE_WORKING",
+    "ColumnStore",
+]
+
+KIND_ENTITY, KIND_EPISODE = 0, 1  # node kinds: semantic block, episodic block
+STAGE_WORKING, STAGE_LONG = 0, 1  # working memory, long-term memory
+EDGE_FACT, EDGE_ASSOC, EDGE_MENTION = 0, 1, 2  # fact (triplet), association, episode -> entity
+
+NODE_ARRAYS: dict[str, tuple[type, object]] = {
+    "alive": (np.bool_, False),
+    "kind": (np.int8, KIND_ENTITY),
+    "stage": (np.int8, STAGE_WORKING),
+    "importance": (np.float64, 0.0),
+    "surprise": (np.float64, 0.0),
+    "confidence": (np.float64, 1.0),
+    "created": (np.int64, 0),
+    "last_access": (np.int64, 0),
+    "access": (np.int64, 0),
+    "permanent": (np.bool_, False),
+    "cluster": (np.int64, -1),
+}
+NODE_LISTS = ("text", "meta")  # meta: {"aliases": [...], "source": str|None, "time": str|None}
+
+EDGE_ARRAYS: dict[str, tuple[type, object]] = {
+    "src": (np.int64, -1),
+    "dst": (np.int64, -1),
+    "rel": (np.int64, -1),
+    "kind": (np.int8, EDGE_FACT),
+    "strength": (np.float64, 0.0),
+    "confidence": (np.float64, 1.0),
+    "created": (np.int64, 0),
+    "last_used": (np.int64, 0),
+    "uses": (np.int64, 0),
+    "alive": (np.bool_, False),
+    "valid": (np.bool_, True),
+    "valid_from": (np.int64, 0),
+    "valid_to": (np.int64, -1),
+    "invalidated_by": (np.int64, -1),
+    "permanent": (np.bool_, False),
+    "activation": (np.float64, 0.0),
+}
+EDGE_LISTS = ("episodes", "sources")  # per edge: list of episode node ids, list of source ids
+
+
+class ColumnStore:
+    """Growable set of equally long columns.
+
+    Parameters
+    ----------
+    arrays : dict
+        Column name -> (dtype, default value).
+    lists : tuple of str
+        Names of Python-list columns.
+    """
+
+    def __init__(self, arrays: dict[str, tuple[type, object]], lists: tuple[str, ...], capacity: int = 64):
+        self._spec = arrays
+        self._list_names = lists
+        self.n = 0
+        self._cap = max(int(capacity), 1)
+        self._a = {k: np.full(self._cap, d, dtype=t) for k, (t, d) in arrays.items()}
+        self._l: dict[str, list] = {k: [] for k in lists}
+
+    def __getattr__(self, name: str):
+        a = self.__dict__.get("_a")
+        if a is not None and name in a:
+            return a[name][: self.n]
+        lst = self.__dict__.get("_l")
+        if lst is not None and name in lst:
+            return lst[name]
+        raise AttributeError(name)
+
+    def reserve(self, n: int) -> None:
+        """Make room for ``n`` rows in total."""
+        if n <= self._cap:
+            return
+        cap = max(n, 2 * self._cap)
+        for k, (t, d) in self._spec.items():
+            new = np.full(cap, d, dtype=t)
+            new[: self.n] = self._a[k][: self.n]
+            self._a[k] = new
+        self._cap = cap
+
+    def append(self, lists: dict, **values) -> int:
+        """Add one row; returns its id."""
+        i = self.n
+        if i >= self._cap:
+            self.reserve(i + 1)
+        a = self._a
+        for k, v in values.items():
+            a[k][i] = v
+        for k in self._list_names:
+            self._l[k].append(lists[k])
+        self.n = i + 1
+        return i
+
+    def extend(self, count: int, lists: dict, **values) -> np.ndarray:
+        """Add ``count`` rows at once (values are scalars or arrays of length ``count``)."""
+        start = self.n
+        self.reserve(start + count)
+        for k, v in values.items():
+            self._a[k][start: start + count] = v
+        for k in self._list_names:
+            self._l[k].extend(lists[k])
+        self.n = start + count
+        return np.arange(start, start + count)
+
+    def state(self) -> dict:
+        """Deep copy of the used rows: {"arrays": {...}, "lists": {...}, "n": int}."""
+        return {
+            "n": self.n,
+            "arrays": {k: v[: self.n].copy() for k, v in self._a.items()},
+            "lists": {k: copy.deepcopy(v) for k, v in self._l.items()},
+        }
+
+    def load_state(self, state: dict) -> None:
+        """Replace the contents by a :meth:`state` (copied)."""
+        n = int(state["n"])
+        missing = set(self._spec) - set(state["arrays"])
+        if missing:
+            raise ValueError(f"state lacks columns {sorted(missing)}")
+        self.n = 0
+        self._cap = max(n, 64)
+        self._a = {}
+        for k, (t, d) in self._spec.items():
+            arr = np.full(self._cap, d, dtype=t)
+            src = np.asarray(state["arrays"][k])
+            if src.shape != (n,):
+                raise ValueError(f"column {k!r} has shape {src.shape}, expected ({n},)")
+            arr[:n] = src
+            self._a[k] = arr
+        self._l = {k: copy.deepcopy(list(state["lists"][k])) for k in self._list_names}
+        for k, v in self._l.items():
+            if len(v) != n:
+                raise ValueError(f"list column {k!r} has {len(v)} rows, expected {n}")
+        self.n = n

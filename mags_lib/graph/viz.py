@@ -1,0 +1,446 @@
+"""Pictures of the Liquid Knowledge Graph: offline pyvis HTML, matplotlib figures, an ipywidgets explorer.
+
+* :func:`to_html` -- interactive vis-network page built with pyvis, the vis-network JavaScript and
+  CSS inlined and pyvis's CDN links (Bootstrap) removed: the page makes no outside request, so it
+  works offline and inside a notebook (:func:`show` wraps it in an ``iframe srcdoc``);
+* :func:`draw` -- the same picture with matplotlib (for reports);
+* :func:`plot_strengths`, :func:`plot_curve`, :func:`draw_kcore_shells` -- figures of the
+  dynamics notebook;
+* :func:`explorer` -- sliders for decay, strengthening, forgetting threshold and capacity that
+  re-run the dynamics on a copy of the memory and redraw it.
+
+Colours: episodic block blue, semantic working memory orange, semantic long-term green; permanent
+nodes get a dark border; a recall trace paints anchors gold, the paths to the returned items red
+(width by the path weight) and the other explored edges pale red; the rest fades.
+"""
+
+from __future__ import annotations
+
+import html as _html
+import re
+from dataclasses import replace
+from pathlib import Path
+
+import networkx as nx
+import numpy as np
+
+from .model import Recall, RecallTrace
+from .store import EDGE_ASSOC, EDGE_FACT, EDGE_MENTION, KIND_EPISODE, STAGE_LONG
+
+__all__ = [
+    "COLORS",
+    "draw",
+    "draw_kcore_shells",
+    "explorer",
+    "find_external_urls",
+    "plot_curve",
+    "plot_strengths",
+    "save_html",
+    "select_nodes",
+    "show",
+    "to_html",
+    "to_pyvis",
+]
+
+COLORS = {
+    "episodic": "#5b9bd5",
+    "working": "#f4a259",
+    "long_term": "#6ab187",
+    "permanent_border": "#3b1f2b",
+    "anchor": "#ffd700",
+    "trace_edge": "#d62728",
+    "explored_edge": "#f3b3b3",
+    "edge": "#9aa5b1",
+    "invalid": "#c8c8c8",
+    "faded": "#e6e6e6",
+}
+
+_EXTERNAL = re.compile(r"""(?:src|href)\s*=\s*["']?\s*(?:https?:)?//""", re.IGNORECASE)
+_BOOTSTRAP_LINK = re.compile(r"<link[^>]*https?://[^>]*>\s*", re.IGNORECASE | re.DOTALL)
+_REMOTE_SCRIPT = re.compile(r"<script[^>]*src\s*=\s*[\"']https?://[^>]*>\s*</script>\s*", re.IGNORECASE | re.DOTALL)
+
+
+def find_external_urls(page: str) -> list[str]:
+    """``src``/``href`` attributes of a page that point to another machine (empty list: offline page)."""
+    out = []
+    for m in re.finditer(r"""(?:src|href)\s*=\s*["']?\s*((?:https?:)?//[^"'\s>]+)""", page, re.IGNORECASE):
+        out.append(m.group(1))
+    return out
+
+
+def _trace_of(trace) -> RecallTrace | None:
+    if trace is None:
+        return None
+    if isinstance(trace, Recall):
+        return trace.trace
+    if isinstance(trace, RecallTrace):
+        return trace
+    raise TypeError(f"trace must be a Recall or RecallTrace, got {type(trace).__name__}")
+
+
+def select_nodes(g, trace=None, max_nodes: int = 150) -> list[int]:
+    """Node rows to draw: the trace's nodes (and their neighbours) first, then the most connected."""
+    tr = _trace_of(trace)
+    nd = g.nodes
+    chosen: list[int] = []
+    seen = set()
+
+    def add(i):
+        if i not in seen and nd.alive[i] and len(chosen) < max_nodes:
+            seen.add(i)
+            chosen.append(i)
+
+    if tr is not None:
+        for nid in sorted(tr.node_weights, key=lambda x: -tr.node_weights[x]):
+            add(g._idx(nid))
+        for i in chosen:
+            for v in list(g.G._succ[i]) + list(g.G._pred[i]):
+                add(v)
+    alive = np.flatnonzero(nd.alive)
+    if len(chosen) < max_nodes and alive.size:
+        ed = g.edges
+        live = np.flatnonzero(ed.alive & ed.valid)
+        deg = (np.bincount(ed.src[live], minlength=nd.n) + np.bincount(ed.dst[live], minlength=nd.n))[alive]
+        order = np.lexsort((alive, -nd.importance[alive], -deg))
+        for i in alive[order].tolist():
+            if len(chosen) >= max_nodes:
+                break
+            add(i)
+    return chosen
+
+
+def _node_style(g, i: int) -> tuple[str, str]:
+    nd = g.nodes
+    if nd.kind[i] == KIND_EPISODE:
+        block = "episodic"
+    else:
+        block = "long_term" if nd.stage[i] == STAGE_LONG else "working"
+    return COLORS[block], block
+
+
+def _short(text: str, n: int = 28) -> str:
+    return text if len(text) <= n else text[: n - 1] + "…"
+
+
+def to_pyvis(g, trace=None, *, max_nodes: int = 150, include_invalid: bool = False, height: str = "560px",
+             physics: bool = True, seed: int | None = None):
+    """Build a ``pyvis.network.Network`` of the memory (or the part around a recall trace).
+
+    Parameters
+    ----------
+    g : LiquidGraph
+    trace : Recall or RecallTrace, optional
+        Highlight its anchors and traversed edges.
+    max_nodes : int
+        Nodes drawn at most (trace nodes first).
+    include_invalid : bool
+        Also draw superseded facts (dashed, grey).
+    height : str
+        CSS height of the canvas.
+    physics : bool
+        Let vis-network lay the graph out; otherwise a seeded spring layout fixes positions.
+    seed : int, optional
+        Layout seed (default ``g.seed``).
+    """
+    from pyvis.network import Network
+
+    tr = _trace_of(trace)
+    nodes = select_nodes(g, tr, max_nodes)
+    keep = set(nodes)
+    anchors = set(tr.anchor_ids) if tr else set()
+    tw = tr.edge_weights if tr else {}
+    on_path = {e for p in tr.paths for e in p.edges} if tr else set()
+    net = Network(height=height, width="100%", directed=True, cdn_resources="in_line", notebook=False)
+    pos = None
+    if not physics:
+        pos = nx.spring_layout(g.G.subgraph(nodes), seed=g.seed if seed is None else seed)
+    nd, ed = g.nodes, g.edges
+    for i in nodes:
+        color, block = _node_style(g, i)
+        nid = g.node_id(i)
+        if tr is not None and nid not in tr.node_weights:
+            color = COLORS["faded"]
+        border = COLORS["permanent_border"] if nd.permanent[i] else color
+        if nid in anchors:
+            color = border = COLORS["anchor"]
+        title = (f"{nid} [{block}{', permanent' if nd.permanent[i] else ''}]\n{nd.text[i]}\n"
+                 f"importance {nd.importance[i]:.2f}, surprise {nd.surprise[i]:.2f}, accesses {nd.access[i]}")
+        kw = {}
+        if pos is not None:
+            x, y = pos[i]
+            kw = {"x": float(x) * 400, "y": float(y) * 400, "physics": False}
+        net.add_node(nid, label=_short(nd.text[i]), title=title,
+                     color={"background": color, "border": border},
+                     borderWidth=3 if (nd.permanent[i] or nid in anchors) else 1,
+                     shape="box" if nd.kind[i] == KIND_EPISODE else "dot",
+                     size=12 + 14 * float(nd.importance[i]) + (8 if nid in anchors else 0), **kw)
+    mask = ed.alive if include_invalid else (ed.alive & ed.valid)
+    cand = np.flatnonzero(mask)
+    inside = np.fromiter((int(ed.src[e]) in keep and int(ed.dst[e]) in keep for e in cand.tolist()), dtype=bool,
+                         count=cand.size)
+    for e in cand[inside].tolist():
+        s, o = int(ed.src[e]), int(ed.dst[e])
+        rel = g._rel_text[ed.rel[e]]
+        st = float(ed.strength[e])
+        color = COLORS["edge"]
+        width = 1 + 6 * st
+        dashes = False
+        if not ed.valid[e]:
+            color, dashes, width = COLORS["invalid"], True, 1
+        elif e in on_path:
+            color, width = COLORS["trace_edge"], 2 + 8 * tw.get(e, 0.5)
+        elif e in tw:
+            color, width = COLORS["explored_edge"], 1 + 2 * tw[e]
+        elif tr is not None:
+            color = COLORS["faded"]
+        label = rel if ed.kind[e] == EDGE_FACT else ""
+        title = (f"edge {e}: {nd.text[s]} —{rel}→ {nd.text[o]}\nstrength {st:.3f}, confidence "
+                 f"{ed.confidence[e]:.2f}{', permanent' if ed.permanent[e] else ''}"
+                 f"{'' if ed.valid[e] else ', SUPERSEDED'}\nsources {', '.join(ed.sources[e]) or '-'}")
+        net.add_edge(g.node_id(s), g.node_id(o), label=label, title=title, width=width,
+                     color=color, dashes=dashes or bool(ed.kind[e] == EDGE_ASSOC and ed.valid[e]),
+                     font={"size": 10, "align": "middle"})
+    net.set_options('{"physics": {"enabled": %s, "stabilization": {"iterations": 150}},'
+                    ' "interaction": {"hover": true}, "edges": {"arrows": {"to": {"scaleFactor": 0.5}}}}'
+                    % ("true" if physics else "false"))
+    return net
+
+
+def to_html(g, trace=None, *, title: str | None = None, **kw) -> str:
+    """Self-contained offline HTML page (vis-network inlined, no outside request).
+
+    Keyword arguments go to :func:`to_pyvis`.
+    """
+    net = to_pyvis(g, trace, **kw)
+    page = net.generate_html(notebook=False)
+    page = _BOOTSTRAP_LINK.sub("", page)
+    page = _REMOTE_SCRIPT.sub("", page)
+    if title:
+        page = page.replace("<h1></h1>", f"<h3>{_html.escape(title)}</h3>", 1)
+    bad = find_external_urls(page)
+    if bad:  # a pyvis update added a link we do not know how to strip: fail loudly, never leak requests
+        raise RuntimeError(f"pyvis page still references outside resources: {bad[:3]}")
+    return page
+
+
+def save_html(g, path, trace=None, **kw) -> Path:
+    """Write :func:`to_html` to ``path``; returns the path."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(to_html(g, trace, **kw), encoding="utf-8")
+    return path
+
+
+def show(g, trace=None, *, height: int = 580, **kw):
+    """Inline notebook display (``IPython.display.HTML`` holding an ``iframe srcdoc``)."""
+    import warnings
+
+    from IPython.display import HTML
+
+    page = to_html(g, trace, height=f"{height - 40}px", **kw)
+    with warnings.catch_warnings():  # IPython suggests IFrame(src=...), which needs a file or server
+        warnings.simplefilter("ignore", UserWarning)
+        return HTML(f'<iframe srcdoc="{_html.escape(page, quote=True)}" style="width:100%;height:{height}px;'
+                    f'border:1px solid #ddd" sandbox="allow-scripts"></iframe>')
+
+
+def draw(g, trace=None, *, ax=None, max_nodes: int = 80, seed: int | None = None, labels: bool = True,
+         include_invalid: bool = False, title: str | None = None):
+    """Static matplotlib picture of the memory (blocks coloured, edge width by strength, trace highlighted).
+
+    Returns the matplotlib Axes.
+    """
+    import matplotlib.pyplot as plt
+
+    tr = _trace_of(trace)
+    nodes = select_nodes(g, tr, max_nodes)
+    keep = set(nodes)
+    nd, ed = g.nodes, g.edges
+    if ax is None:
+        _, ax = plt.subplots(figsize=(9, 7))
+    H = nx.DiGraph()
+    H.add_nodes_from(nodes)
+    mask = ed.alive if include_invalid else (ed.alive & ed.valid)
+    elist = [e for e in np.flatnonzero(mask).tolist() if int(ed.src[e]) in keep and int(ed.dst[e]) in keep]
+    for e in elist:
+        H.add_edge(int(ed.src[e]), int(ed.dst[e]))
+    pos = nx.spring_layout(H, seed=g.seed if seed is None else seed, k=1.2 / max(np.sqrt(len(nodes)), 1))
+    anchors = {g._idx(a) for a in tr.anchor_ids} if tr else set()
+    tw = tr.edge_weights if tr else {}
+    on_path = {e for p in tr.paths for e in p.edges} if tr else set()
+    reached = {g._idx(n) for n in tr.node_weights} if tr else set()
+    for e in elist:
+        s, o = int(ed.src[e]), int(ed.dst[e])
+        if not ed.valid[e]:
+            color, width, style = COLORS["invalid"], 0.8, "dashed"
+        elif e in on_path:
+            color, width, style = COLORS["trace_edge"], 1.5 + 5 * tw.get(e, 0.5), "solid"
+        elif e in tw:
+            color, width, style = COLORS["explored_edge"], 0.8 + 1.5 * tw[e], "solid"
+        else:
+            color = COLORS["faded"] if tr is not None else COLORS["edge"]
+            width, style = 0.5 + 4 * float(ed.strength[e]), "dotted" if ed.kind[e] == EDGE_ASSOC else "solid"
+        nx.draw_networkx_edges(H, pos, edgelist=[(s, o)], ax=ax, edge_color=color, width=width, style=style,
+                               arrows=True, arrowsize=8, alpha=0.9)
+    colors, sizes, edgecolors = [], [], []
+    for i in nodes:
+        c, _ = _node_style(g, i)
+        if tr is not None and i not in reached:
+            c = COLORS["faded"]
+        if i in anchors:
+            c = COLORS["anchor"]
+        colors.append(c)
+        edgecolors.append(COLORS["permanent_border"] if nd.permanent[i] else "white")
+        sizes.append(120 + 400 * float(nd.importance[i]) + (250 if i in anchors else 0))
+    nx.draw_networkx_nodes(H, pos, nodelist=nodes, node_color=colors, node_size=sizes, edgecolors=edgecolors,
+                           linewidths=1.5, ax=ax)
+    if labels:
+        nx.draw_networkx_labels(H, pos, labels={i: _short(nd.text[i], 22) for i in nodes}, font_size=7, ax=ax)
+    from matplotlib.lines import Line2D
+
+    handles = [Line2D([], [], marker="o", ls="", color=COLORS[k], label=lab) for k, lab in
+               (("episodic", "episode"), ("working", "working memory"), ("long_term", "long-term"))]
+    if tr is not None:
+        handles += [Line2D([], [], marker="o", ls="", color=COLORS["anchor"], label="anchor"),
+                    Line2D([], [], color=COLORS["trace_edge"], label="path to a returned item"),
+                    Line2D([], [], color=COLORS["explored_edge"], label="explored")]
+    ax.legend(handles=handles, loc="lower left", fontsize=7, frameon=False)
+    ax.set_axis_off()
+    if title:
+        ax.set_title(title)
+    return ax
+
+
+def plot_strengths(history: dict[int, np.ndarray], *, ax=None, bins: int = 30, title: str | None = None):
+    """Overlaid histograms of edge strengths at several ticks (``{tick: strengths}``)."""
+    import matplotlib.pyplot as plt
+
+    if ax is None:
+        _, ax = plt.subplots(figsize=(7, 4))
+    cmap = plt.get_cmap("viridis")
+    ticks = sorted(history)
+    for j, t in enumerate(ticks):
+        ax.hist(history[t], bins=bins, range=(0, 1), histtype="step", lw=1.5,
+                color=cmap(j / max(len(ticks) - 1, 1)), label=f"tick {t}")
+    ax.set_xlabel("edge strength")
+    ax.set_ylabel("edges")
+    ax.legend(fontsize=7)
+    if title:
+        ax.set_title(title)
+    return ax
+
+
+def plot_curve(xs, series: dict[str, list], *, ax=None, xlabel: str = "tick", ylabel: str = "", title: str | None = None):
+    """Line plot of several series against ``xs`` (e.g. the pruning curve)."""
+    import matplotlib.pyplot as plt
+
+    if ax is None:
+        _, ax = plt.subplots(figsize=(7, 4))
+    for name, ys in series.items():
+        ax.plot(xs, ys, label=name, lw=1.8)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.legend(fontsize=8)
+    ax.grid(alpha=0.3)
+    if title:
+        ax.set_title(title)
+    return ax
+
+
+def draw_kcore_shells(g, *, ax=None, max_nodes: int = 120, seed: int | None = None, title: str | None = None):
+    """Draw the semantic block with entities coloured by core number (shells), main core outlined."""
+    import matplotlib.pyplot as plt
+
+    from .dynamics import semantic_core_numbers
+
+    ed, nd = g.edges, g.nodes
+    live = np.flatnonzero(ed.alive & ed.valid & (ed.kind != EDGE_MENTION))
+    core = semantic_core_numbers(g)
+    nodes = [i for i in select_nodes(g, None, max_nodes * 2) if nd.kind[i] != KIND_EPISODE][:max_nodes]
+    keep = set(nodes)
+    H = nx.Graph()
+    H.add_nodes_from(nodes)
+    H.add_edges_from((int(ed.src[e]), int(ed.dst[e])) for e in live.tolist()
+                     if int(ed.src[e]) in keep and int(ed.dst[e]) in keep)
+    if ax is None:
+        _, ax = plt.subplots(figsize=(8, 6))
+    shells = {}
+    for i in nodes:
+        shells.setdefault(int(core[i]), []).append(i)
+    pos = nx.shell_layout(H, nlist=[shells[k] for k in sorted(shells, reverse=True)]) if len(shells) > 1 \
+        else nx.spring_layout(H, seed=g.seed if seed is None else seed)
+    kmax = int(core.max()) if core.size else 0
+    nx.draw_networkx_edges(H, pos, ax=ax, edge_color=COLORS["edge"], width=0.6, alpha=0.6)
+    cmap = plt.get_cmap("plasma")
+    node_colors = [cmap(core[i] / max(kmax, 1)) for i in nodes]
+    edgecolors = ["black" if core[i] == kmax and kmax > 0 else "white" for i in nodes]
+    nx.draw_networkx_nodes(H, pos, nodelist=nodes, node_color=node_colors, edgecolors=edgecolors, node_size=160,
+                           ax=ax)
+    nx.draw_networkx_labels(H, pos, labels={i: _short(nd.text[i], 16) for i in nodes}, font_size=6, ax=ax)
+    sm = plt.cm.ScalarMappable(cmap=cmap, norm=plt.Normalize(0, max(kmax, 1)))
+    plt.colorbar(sm, ax=ax, label="core number", shrink=0.7)
+    ax.set_axis_off()
+    ax.set_title(title or f"k-core shells (main core k={kmax}, outlined)")
+    return ax
+
+
+def explorer(g, *, ticks: int = 20, query: str | None = None, max_nodes: int = 60):
+    """Interactive explorer: sliders re-run ``ticks`` maintenance ticks on a copy of ``g`` and redraw.
+
+    Sliders: decay rate, Hebbian strengthening (recall-driven, needs ``query``; and reward rate),
+    forgetting threshold (``prune_strength``) and capacity (``max_edges``). The original graph is
+    never modified.
+
+    Returns
+    -------
+    ipywidgets.VBox
+        With attributes ``sliders`` (dict), ``output`` (the Image widget), ``last_stats`` and
+        ``redraw()``.
+    """
+    import ipywidgets as W
+    import matplotlib.pyplot as plt
+
+    d = g.config.dynamics
+    n_edges = max(int((g.edges.alive & g.edges.valid).sum()), 1)
+    sliders = {
+        "decay_rate": W.FloatSlider(value=d.decay_rate, min=0.0, max=0.5, step=0.01, description="decay"),
+        "hebbian_rate": W.FloatSlider(value=d.hebbian_rate, min=0.0, max=1.0, step=0.05,
+                                      description="strengthening"),
+        "prune_strength": W.FloatSlider(value=d.prune_strength, min=0.0, max=0.5, step=0.01,
+                                        description="forget below"),
+        "max_edges": W.IntSlider(value=n_edges, min=1, max=max(n_edges * 2, 2), step=1, description="capacity"),
+    }
+    # the picture is a PNG in an Image widget (no output capture: works the same in JupyterLab and in
+    # batch runs, where an Output widget's clear_output can stall the executor)
+    out = W.Image(format="png")
+    status = W.HTML()
+    box = W.VBox([W.HBox(list(sliders.values())[:2]), W.HBox(list(sliders.values())[2:]), status, out])
+
+    def redraw(*_):
+        kw = {k: s.value for k, s in sliders.items()}
+        cfg = replace(g.config, dynamics=replace(g.config.dynamics, **kw))
+        h = g.with_config(cfg)
+        for _t in range(ticks):
+            if query:
+                h.recall(query, k=5)
+            h.maintain()
+        s = h.stats()
+        status.value = (f"after {ticks} ticks: {s['n_nodes']} nodes, {s['n_valid_edges']} edges, "
+                        f"mean strength {s['mean_strength']:.3f}")
+        box.last_stats = s
+        import io
+
+        fig, ax = plt.subplots(figsize=(8, 5.5))
+        draw(h, ax=ax, max_nodes=max_nodes, title=", ".join(f"{k}={v}" for k, v in kw.items()))
+        buf = io.BytesIO()
+        fig.savefig(buf, format="png", dpi=90, bbox_inches="tight")
+        plt.close(fig)
+        out.value = buf.getvalue()
+
+    for s in sliders.values():
+        s.observe(redraw, names="value")
+    box.sliders = sliders
+    box.output = out
+    box.redraw = redraw
+    redraw()
+    return box

@@ -1,0 +1,280 @@
+"""Engram, recall, index and inspection of the Liquid Knowledge Graph (model-free embedders)."""
+
+import sys
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from mags_lib.embed import HashEmbedder
+from mags_lib.graph import (
+    EngramConfig,
+    GraphConfig,
+    IndexConfig,
+    LiquidGraph,
+    RecallConfig,
+    TableEmbedder,
+    VectorIndex,
+)
+from mags_lib.graph.engram import gat_attention
+from mags_lib.graph.recall import choose_anchors
+
+
+def hash_graph(**engram_kw):
+    cfg = GraphConfig(engram=replace(EngramConfig(), **engram_kw)) if engram_kw else None
+    return LiquidGraph(HashEmbedder(dim=128), config=cfg)
+
+
+def test_import_is_torch_free():
+    import subprocess
+
+    code = "import sys, mags_lib.graph, mags_lib.graph.viz; print('torch' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
+
+
+def test_engram_creates_nodes_edges_and_provenance():
+    g = hash_graph()
+    ep = g.add_episode("Blorps eat frozen lemons.", source="D1:3", time="2023-05-08")
+    rep = g.engram([("Blorps", "eat", "frozen lemons")], episode=ep)
+    assert len(rep.new_nodes) == 2 and len(rep.new_edges) == 1
+    f = g.edge(rep.new_edges[0])
+    assert (f["subject"], f["relation"], f["object"]) == ("Blorps", "eat", "frozen lemons")
+    assert f["sources"] == ["D1:3"] and f["episodes"] == [ep]
+    assert f["strength"] == pytest.approx(0.5) and f["valid"]
+    # the episode is linked to both entities
+    assert g.G.has_edge(g._idx(ep), g._idx(g.find("blorps")))
+    assert g.node(ep)["block"] == "episodic" and g.node(ep)["time"] == "2023-05-08"
+    s = g.stats()
+    assert (s["n_entities"], s["n_episodes"], s["n_facts"]) == (2, 1, 1)
+
+
+def test_engram_resolution_by_text_and_by_similarity():
+    table = {"bob": [1, 0, 0, 0], "robert": [0.96, 0.28, 0, 0], "alice": [0, 0, 1, 0], "tea": [0, 0, 0, 1]}
+    g = LiquidGraph(TableEmbedder(table, dim=4), config=GraphConfig(engram=EngramConfig(gat=False)))
+    g.engram([("Bob", "drinks", "tea")])
+    rep = g.engram([("the BOB!", "knows", "alice")])  # same normalised text: no new node for bob
+    assert rep.new_nodes == [g.find("alice")]
+    rep = g.engram([("robert", "likes", "tea")])  # cosine 0.96 >= 0.90: update/merge into bob
+    assert rep.new_nodes == [] and rep.resolved[0][:2] == ("robert", g.find("bob"))
+    assert g.find("robert") == g.find("bob")
+    assert "robert" in g.node(g.find("bob"))["aliases"]
+    assert g.node(g.find("bob"))["access_count"] == 3  # mentioned three times
+    g2 = LiquidGraph(TableEmbedder(table, dim=4),
+                     config=GraphConfig(engram=EngramConfig(gat=False, resolve_threshold=0.99)))
+    g2.engram([("bob", "drinks", "tea")])
+    assert len(g2.engram([("robert", "drinks", "tea")]).new_nodes) == 1  # below threshold: new node
+
+
+def test_gat_initial_edges_hand_values():
+    # new node "c" has cosine 0.8 with "a" and 0.6 with "b"; "z" is orthogonal
+    table = {"a": [1, 0, 0, 0], "b": [0, 1, 0, 0], "z": [0, 0, 0, 1],
+             "c": [0.8, 0.6, 0, 0]}
+    g = LiquidGraph(TableEmbedder(table, dim=4), config=GraphConfig(engram=EngramConfig(reconcile=False)))
+    g.engram([("a", "r", "z"), ("b", "r", "z")])
+    rep = g.engram([("c", "r", "z")])
+    att = gat_attention(np.array([0.8, 0.6]), temperature=0.1)  # softmax([8, 6]) = [0.8808, 0.1192]
+    assert att == pytest.approx([0.880797, 0.119203], abs=1e-6)
+    got = {g.edge(e)["object"]: g.edge(e)["strength"] for e in rep.association_edges}
+    # strength = 0.5 * attention * cosine: a gets 0.5 * 0.8808 * 0.8 = 0.3523; b would get
+    # 0.5 * 0.1192 * 0.6 = 0.0358 < gat_min_strength (0.05): no edge
+    assert got == pytest.approx({"a": 0.5 * 0.880797 * 0.8}, abs=1e-6)
+    g2 = LiquidGraph(TableEmbedder(table, dim=4),
+                     config=GraphConfig(engram=EngramConfig(reconcile=False, gat_min_strength=0.01)))
+    g2.engram([("a", "r", "z"), ("b", "r", "z")])
+    rep2 = g2.engram([("c", "r", "z")])
+    got2 = {g2.edge(e)["object"]: g2.edge(e)["strength"] for e in rep2.association_edges}
+    assert got2 == pytest.approx({"a": 0.5 * 0.880797 * 0.8, "b": 0.5 * 0.119203 * 0.6}, abs=1e-6)
+    assert all(g.edge(e)["relation"] == "related to" for e in rep.association_edges)
+
+
+def test_reconciliation_newer_wins_and_old_stays_inspectable():
+    g = hash_graph()
+    ep1 = g.add_episode("The blue die has six sides.", source="D1:1")
+    r1 = g.engram([("blue die", "has sides", "six")], episode=ep1)
+    ep2 = g.add_episode("Rule change: the blue die now has ten sides.", source="D1:9")
+    r2 = g.engram([("blue die", "has sides", "ten")], episode=ep2)
+    old, new = r1.new_edges[0], r2.new_edges[0]
+    assert r2.invalidated_edges == [old]
+    h = g.history("blue die", "has sides")
+    assert [(x["object"], x["valid"]) for x in h] == [("six", False), ("ten", True)]
+    assert h[0]["invalidated_by"] == new and h[0]["valid_to"] == 0 and h[0]["sources"] == ["D1:1"]
+    assert g.node(ep1)["confidence"] == pytest.approx(0.5)  # the input that said "six" counts less
+    for q in ["how many sides does the blue die have", "blue die six sides"]:
+        res = g.recall(q, k=10)
+        assert old not in {it.edge_id for it in res.items}
+        assert new in {it.edge_id for it in res.items}
+    # a multi-valued relation never conflicts
+    g.engram([("blue die", "likes", "red")])
+    rep = g.engram([("blue die", "likes", "green")])
+    assert rep.invalidated_edges == []
+
+
+def test_reconciliation_stronger_policy_and_off():
+    g = hash_graph(conflict_policy="stronger")
+    e_old = g.engram([("ommar", "is", "referee")]).new_edges[0]
+    g.engram([("ommar", "is", "referee")])  # repeated: 0.5 -> 0.6, confidence 0.7 -> 0.76
+    rep = g.engram([("ommar", "is", "player")])
+    assert rep.rejected_edges and not rep.invalidated_edges
+    assert g.edge(rep.rejected_edges[0])["valid"] is False
+    assert g.edge(rep.rejected_edges[0])["invalidated_by"] == e_old
+    assert g.edge(e_old)["valid"] and g.edge(e_old)["strength"] == pytest.approx(0.6)
+    g2 = hash_graph(reconcile=False)
+    g2.engram([("ommar", "is", "referee")])
+    assert g2.engram([("ommar", "is", "player")]).invalidated_edges == []
+    assert g2.stats()["n_facts"] == 2
+
+
+def test_engram_bad_input():
+    g = hash_graph()
+    rep = g.engram([("", "r", "x"), ("  ", "r", "y")])
+    assert len(rep.skipped) == 2 and g.stats()["n_nodes"] == 0
+    with pytest.raises(ValueError, match="subject, relation, object"):
+        g.engram([("only", "two")])
+    with pytest.raises(KeyError, match="not a node id"):
+        g.engram([("a", "b", "c")], episode="episode-7")
+    g.engram([("a", "b", "c")])
+    nid = g.find("a")
+    with pytest.raises(ValueError, match="not an episode"):
+        g.engram([("a", "b", "c")], episode=nid)
+    with pytest.raises(ValueError, match="non-empty"):
+        g.add_episode("   ")
+    with pytest.raises(TypeError, match="embedder"):
+        LiquidGraph(object())
+
+
+def test_choose_anchors_prefers_coverage():
+    # candidates 1 and 2 cover the same ground; 3 covers new nodes
+    got = choose_anchors([1, 2, 3], [0.9, 0.88, 0.6], [{1, 2, 5}, {1, 2, 5}, {3, 7}], 2)
+    assert [c for c, _, _ in got] == [1, 3]
+    # coverage weight 0: pure similarity
+    got = choose_anchors([1, 2, 3], [0.9, 0.88, 0.6], [{1, 2, 5}, {1, 2, 5}, {3, 7}], 2, coverage_weight=0.0)
+    assert [c for c, _, _ in got] == [1, 2]
+    # gain of the second candidate after the first: 0.88 * (0.5 + 0.5 * 0) = 0.44 < 0.6
+    assert got[1][2] == pytest.approx(0.88)
+    assert choose_anchors([1], [0.1], [{1}], 3, min_similarity=0.2) == []
+
+
+def chain_graph(cfg=None):
+    """a -> b -> c -> d, each strength 0.5, orthogonal embeddings."""
+    table = {t: np.eye(8)[i] for i, t in enumerate("abcd")}
+    g = LiquidGraph(TableEmbedder(table, dim=8),
+                    config=cfg or GraphConfig(engram=EngramConfig(gat=False, reconcile=False)))
+    rep = g.engram([("a", "r", "b"), ("b", "r", "c"), ("c", "r", "d")])
+    return g, rep.new_edges
+
+
+@pytest.mark.parametrize("traversal", ["bfs", "dfs"])
+def test_traversal_bounded_by_product_of_strengths(traversal):
+    g, (ab, bc, cd) = chain_graph()
+    cfg = RecallConfig(n_anchors=1, traversal=traversal, min_path_strength=0.2, touch=False, coactivation=False)
+    res = g.recall("a", k=10, config=cfg)
+    assert res.trace.anchor_ids == [g.find("a")]
+    # a-b: 0.5, b-c: 0.25 >= 0.2, c-d: 0.125 < 0.2 -> not reached
+    assert res.trace.edge_weights == {ab: pytest.approx(0.5), bc: pytest.approx(0.25)}
+    assert {it.edge_id for it in res.items} == {ab, bc}
+    far = next(it for it in res.items if it.edge_id == bc)
+    assert far.path == (g.find("a"), g.find("b"), g.find("c")) and far.edges == (ab, bc)
+    cfg2 = replace(cfg, min_path_strength=0.1)
+    assert cd in {it.edge_id for it in g.recall("a", k=10, config=cfg2).items}
+    cfg3 = replace(cfg2, max_depth=1)
+    assert {it.edge_id for it in g.recall("a", k=10, config=cfg3).items} == {ab}
+
+
+def test_recall_direction_out_only():
+    g, (ab, bc, cd) = chain_graph()
+    cfg = RecallConfig(n_anchors=1, min_path_strength=0.01, direction="out", touch=False, coactivation=False)
+    assert {it.edge_id for it in g.recall("c", k=10, config=cfg).items} == {cd}
+    both = replace(cfg, direction="both")
+    assert {it.edge_id for it in g.recall("c", k=10, config=both).items} == {ab, bc, cd}
+
+
+def test_recall_items_trace_and_side_effects():
+    g = hash_graph()
+    ep = g.add_episode("Lena's dog is called Pico.", source="D2:1")
+    g.engram([("Lena", "has dog", "Pico"), ("Pico", "chases", "seagulls")], episode=ep)
+    res = g.recall(["lena dog", "pico"], k=5)
+    assert 0 < len(res.items) <= 5
+    assert [it.score for it in res.items] == sorted((it.score for it in res.items), reverse=True)
+    fact = next(it for it in res.items if it.kind == "fact")
+    assert fact.text == " ".join(fact.triplet) and fact.sources == ("D2:1",)
+    assert fact.path[0] in res.trace.anchor_ids
+    assert len(res.trace.paths) == len(res.items)
+    assert res.trace.queries == ["lena dog", "pico"]
+    e = fact.edge_id
+    assert g.edges.uses[e] >= 1 and g.edges.activation[e] >= 1  # touched, co-activated
+    # precomputed embeddings give the same items
+    q = g.embedder.encode(["lena dog", "pico"])
+    res2 = g.recall(["lena dog", "pico"], k=5, query_embeddings=q)
+    assert [it.text for it in res2.items] == [it.text for it in res.items]
+    with pytest.raises(ValueError, match="shape"):
+        g.recall("x", query_embeddings=np.zeros((2, 5)))
+    with pytest.raises(ValueError, match="k must be"):
+        g.recall("x", k=0)
+    with pytest.raises(ValueError):
+        g.recall([])
+
+
+def test_recall_routing_caps_episodes():
+    g = hash_graph()
+    for i in range(6):
+        ep = g.add_episode(f"Episode {i} about tea and cakes", source=f"D{i}")
+        g.engram([(f"guest {i}", "drinks", "tea")], episode=ep)
+    cfg = RecallConfig(max_episode_share=0.25, touch=False, coactivation=False)
+    res = g.recall("tea and cakes", k=4, config=cfg)
+    assert sum(it.kind == "episode" for it in res.items) <= 1
+
+
+def test_vector_index_exact_and_approximate_switch():
+    rng = np.random.default_rng(0)
+    M = rng.standard_normal((420, 32)).astype(np.float32)
+    M /= np.linalg.norm(M, axis=1, keepdims=True)
+    ix = VectorIndex(32, IndexConfig(approx_threshold=200))
+    ix.add(np.arange(150), M)
+    assert not ix.approximate
+    rows, sims = ix.search(M[7], 3, M)[0]
+    assert rows[0] == 7 and sims[0] == pytest.approx(1.0, abs=1e-5)
+    ix.add(np.arange(150, 300), M)
+    assert ix.approximate and len(ix) == 300
+    rows, sims = ix.search(M[250], 5, M)[0]
+    assert rows[0] == 250
+    exact = ix.search(M[:20], 5, M, exact=True)
+    approx = ix.search(M[:20], 5, M)
+    recall_at5 = np.mean([len(set(a[0]) & set(b[0])) / 5 for a, b in zip(exact, approx)])
+    assert recall_at5 >= 0.9
+    # new rows wait in an exactly searched buffer, then go into the HNSW graph in one batch
+    ix.add(np.arange(400, 410), M)
+    assert len(ix._pending) == 10 and ix.search(M[405], 1, M)[0][0][0] == 405
+    ix.remove(np.array([401]))
+    assert 401 not in ix._pending and len(ix) == 309
+    ix.flush(M)
+    assert not ix._pending and ix.search(M[405], 1, M)[0][0][0] == 405
+    ix.remove(np.arange(400, 410))
+    ix.remove(np.arange(0, 120))  # 180 left: still >= 100 (half the threshold)
+    assert ix.approximate and 5 not in set(ix.search(M[5], 10, M)[0][0])
+    ix.remove(np.arange(120, 220))  # 80 left: back to exact
+    assert not ix.approximate and len(ix) == 80
+    assert set(ix.search(M[250], 80, M)[0][0]) == set(range(220, 300))
+
+
+def test_graph_switches_to_approximate_index():
+    cfg = GraphConfig(index=IndexConfig(approx_threshold=40))
+    g = LiquidGraph(HashEmbedder(dim=64), config=cfg)
+    g.engram([(f"thing {i}", "near", f"place {i}") for i in range(25)])
+    assert g.stats()["approximate_index"]
+    res = g.recall("thing 7", k=3)
+    assert any("thing 7" in it.text for it in res.items)
+
+
+def test_inspection_helpers():
+    g = hash_graph()
+    ep = g.add_episode("Tomas is a chef in Madrid.", source="D5")
+    g.engram([("Tomas", "works as", "chef"), ("Tomas", "lives in", "Madrid")], episode=ep)
+    G = g.to_networkx()
+    assert G.number_of_nodes() == 4 and G.nodes[g.find("tomas")]["text"] == "Tomas"
+    assert len(g.facts()) == 2
+    assert "LiquidGraph(" in repr(g)
+    with pytest.raises(KeyError):
+        g.node("n999")
+    with pytest.raises(KeyError):
+        g.edge(10_000)

@@ -1,0 +1,281 @@
+"""Hand-checkable graphs for every dynamic of the Liquid Knowledge Graph: values before and after."""
+
+from dataclasses import replace
+
+import networkx as nx
+import numpy as np
+import pytest
+
+from mags_lib.graph import DynamicsConfig, GraphConfig, LiquidGraph, TableEmbedder, core_numbers
+from mags_lib.graph.dynamics import STEPS
+
+ALL_OFF = {s: False for s in STEPS}
+
+
+def make(edges, *, dyn=None, table=None, dim=256):
+    """Graph from (subject, relation, object, strength) rows; GAT edges and reconciliation off.
+
+    Returns (g, {(subject, object): edge id}).
+    """
+    cfg = GraphConfig(engram=replace(GraphConfig().engram, gat=False, reconcile=False),
+                      dynamics=dyn if dyn is not None else DynamicsConfig())
+    g = LiquidGraph(TableEmbedder(table or {}, dim=dim), config=cfg)
+    rep = g.engram([(s, r, o) for s, r, o, _ in edges])
+    ids = {}
+    for (s, r, o, st), e in zip(edges, rep.new_edges):
+        g.edges.strength[e] = st
+        ids[(s, o)] = e
+    return g, ids
+
+
+def S(g, e):
+    return float(g.edges.strength[e])
+
+
+# ------------------------------------------------------------------------------------------------
+def test_decay_with_recency_correction():
+    # two edges at strength 0.5; one used just now (age 0), one long ago (age 100); one permanent
+    g, ids = make([("a", "r", "b", 0.5), ("c", "r", "d", 0.5), ("e", "r", "f", 0.5)])
+    g.tick = 100
+    g.edges.last_used[ids[("a", "b")]] = 100  # age 0: protection 0.8 -> factor 1 - 0.05 * 0.2 = 0.99
+    g.edges.last_used[ids[("c", "d")]] = 0  # age 100: protection 0.8 * e^-20 ~ 0 -> factor 0.95
+    g.edges.permanent[ids[("e", "f")]] = True
+    g.maintain(steps=["decay"])
+    assert S(g, ids[("a", "b")]) == pytest.approx(0.495)
+    assert S(g, ids[("c", "d")]) == pytest.approx(0.475, abs=1e-9)
+    assert S(g, ids[("e", "f")]) == 0.5
+    # age 5 (one tau): protection 0.8/e -> factor 1 - 0.05 * (1 - 0.2943) = 0.964715
+    g.edges.last_used[ids[("a", "b")]] = g.tick - 5
+    g.maintain(steps=["decay"])
+    assert S(g, ids[("a", "b")]) == pytest.approx(0.495 * (1 - 0.05 * (1 - 0.8 * np.exp(-1))))
+
+
+def test_hebbian_activation_and_anchor_links():
+    g, ids = make([("a", "r", "b", 0.5), ("c", "r", "d", 0.5)])
+    e = ids[("a", "b")]
+    g.edges.activation[e] = 2  # recalled twice: 1 - 0.5 * 0.8^2 = 0.68
+    a, c = g._entity_key["a"], g._entity_key["c"]
+    g._coact = [(a, c), (a, c)]  # two co-activations of anchors a and c, no edge between them yet
+    rep = g.maintain(steps=["hebbian"])
+    assert S(g, e) == pytest.approx(0.68)
+    assert S(g, ids[("c", "d")]) == 0.5
+    assert rep.steps["hebbian"]["anchor_links_new"] == 1
+    link = g._find_edge(a, c, g._rel_id["related to"], 1)
+    assert link is not None and S(g, link) == pytest.approx(1 - 0.9 * 0.8)  # 0.1 then one more step
+    assert g.edges.activation.sum() == 0 and g._coact == []
+
+
+def test_hebbian_after_real_recall_strengthens_path():
+    g, ids = make([("alice", "likes", "bob", 0.5), ("zed", "likes", "yann", 0.5)])
+    res = g.recall("alice", k=1)
+    assert res.items[0].edge_id == ids[("alice", "bob")]
+    before = S(g, ids[("alice", "bob")])
+    g.maintain(steps=["hebbian"])
+    assert S(g, ids[("alice", "bob")]) == pytest.approx(1 - (1 - before) * 0.8)
+    assert S(g, ids[("zed", "yann")]) == 0.5
+
+
+def test_reward_path_strengthening_and_weakening():
+    g, ids = make([("alice", "likes", "bob", 0.5), ("carol", "likes", "dan", 0.5)])
+    res = g.recall("alice", k=1)
+    g.reinforce(res, reward=1.0)  # 0.5 + 0.3 * 1 * 0.5
+    assert S(g, ids[("alice", "bob")]) == pytest.approx(0.65)
+    g.reinforce(res, reward=-1.0)  # 0.65 * (1 - 0.3)
+    assert S(g, ids[("alice", "bob")]) == pytest.approx(0.455)
+    assert S(g, ids[("carol", "dan")]) == 0.5
+    with pytest.raises(ValueError):
+        g.reinforce(res, reward=2.0)
+
+
+def test_game_of_life_lonely_crowded_surviving():
+    leaves = [("hub", "r", f"leaf{i}", 0.5) for i in range(13)]  # hub has 13 live edges > 12: crowded
+    g, ids = make(leaves + [("x", "r", "y", 0.2)], dyn=DynamicsConfig(gol_birth=False))
+    rep = g.maintain(steps=["game_of_life"])
+    f_hub, f_leaf = 0.95, 1.0  # crowded: 1 - 0.05; surviving (1 live edge): unchanged by default
+    for i in range(13):
+        assert S(g, ids[("hub", f"leaf{i}")]) == pytest.approx(0.5 * np.sqrt(f_hub * f_leaf))
+    # x - y: strength 0.2 < 0.3 so neither end has a live edge: both lonely -> 0.2 * 0.95
+    assert S(g, ids[("x", "y")]) == pytest.approx(0.19)
+    assert rep.steps["game_of_life"] == {"lonely": 2, "crowded": 1, "surviving": 13, "births": 0}
+
+
+def test_game_of_life_survivors_strengthen_capped_at_one():
+    g, ids = make([("a", "r", "b", 0.99), ("b", "r", "c", 0.5)],
+                  dyn=DynamicsConfig(gol_birth=False, gol_survive_gain=0.025))
+    g.maintain(steps=["game_of_life"])
+    assert S(g, ids[("a", "b")]) == 1.0  # 0.99 * 1.025 capped
+    assert S(g, ids[("b", "c")]) == pytest.approx(0.5125)
+
+
+def test_game_of_life_births_in_a_square():
+    # square a-b, b-d, d-c, c-a: a and d share live neighbours {b, c}; so do b and c -> two births
+    g, _ = make([("a", "r", "b", 0.5), ("b", "r", "d", 0.5), ("d", "r", "c", 0.5), ("c", "r", "a", 0.5)])
+    n_before = int(g.edges.alive.sum())
+    rep = g.maintain(steps=["game_of_life"])
+    assert rep.steps["game_of_life"]["births"] == 2
+    assert int(g.edges.alive.sum()) == n_before + 2
+    key = g._entity_key
+    new = np.flatnonzero(g.edges.alive)[-2:]
+    pairs = {frozenset((int(g.edges.src[e]), int(g.edges.dst[e]))) for e in new}
+    assert pairs == {frozenset((key["a"], key["d"])), frozenset((key["b"], key["c"]))}
+    assert all(S(g, e) == pytest.approx(0.2) for e in new)
+
+
+def test_core_numbers_hand_and_against_networkx():
+    # triangle 0-1-2 plus pendant 3
+    assert core_numbers(5, np.array([0, 1, 2, 2]), np.array([1, 2, 0, 3])).tolist() == [2, 2, 2, 1, 0]
+    rng = np.random.default_rng(0)
+    for _ in range(20):
+        n = int(rng.integers(2, 40))
+        m = int(rng.integers(0, 120))
+        u, v = rng.integers(0, n, m), rng.integers(0, n, m)
+        G = nx.Graph()
+        G.add_nodes_from(range(n))
+        G.add_edges_from((a, b) for a, b in zip(u.tolist(), v.tolist()) if a != b)
+        want = nx.core_number(G)
+        assert core_numbers(n, u, v).tolist() == [want[i] for i in range(n)]
+
+
+def test_kcore_consolidates_the_main_core_only():
+    clique = [(a, "r", b, 0.5) for a, b in [("a", "b"), ("a", "c"), ("a", "d"), ("b", "c"), ("b", "d"), ("c", "d")]]
+    tail = [("d", "r", "e", 0.5), ("e", "r", "f", 0.5), ("f", "r", "g", 0.5), ("g", "r", "h", 0.5)]
+    g, ids = make(clique + tail)  # 4 of 8 nodes in the main core: share 0.5 <= kcore_max_share
+    imp_before = float(g.nodes.importance[g._entity_key["a"]])
+    rep = g.maintain(steps=["kcore"])
+    assert rep.steps["kcore"] == {"k": 3, "core_nodes": 4, "edges_strengthened": 6}
+    for s, _, o, _ in clique:
+        assert S(g, ids[(s, o)]) == pytest.approx(0.525)  # 0.5 + 0.05 * 0.5
+    assert S(g, ids[("d", "e")]) == 0.5 and S(g, ids[("e", "f")]) == 0.5
+    k = g._entity_key
+    assert g.nodes.importance[k["a"]] == pytest.approx(imp_before + 0.1 * (1 - imp_before))
+    # the same clique with a short tail: the core is 4 of 6 nodes, the whole graph's centre -> skipped
+    g2, ids2 = make(clique + tail[:2])
+    assert g2.maintain(steps=["kcore"]).steps["kcore"]["core_nodes"] == 0
+    assert S(g2, ids2[("a", "b")]) == 0.5
+    assert g.nodes.importance[k["e"]] == pytest.approx(imp_before)
+    assert g.node(g.find("a"))["stage"] == "long_term" and g.node(g.find("e"))["stage"] == "working"
+
+
+def test_kcore_skips_when_main_core_too_shallow():
+    g, ids = make([("a", "r", "b", 0.5), ("b", "r", "c", 0.5)], dyn=DynamicsConfig(kcore_min_k=2))
+    rep = g.maintain(steps=["kcore"])  # a path: main core k = 1 < 2
+    assert rep.steps["kcore"]["core_nodes"] == 0 and S(g, ids[("a", "b")]) == 0.5
+
+
+def test_scc_strengthens_cycle_and_sets_clusters():
+    g, ids = make([("a", "r", "b", 0.5), ("b", "r", "c", 0.5), ("c", "r", "a", 0.5), ("d", "r", "e", 0.5)])
+    rep = g.maintain(steps=["scc"])
+    assert rep.steps["scc"]["components"] == 1 and rep.steps["scc"]["nodes"] == 3
+    for pair in [("a", "b"), ("b", "c"), ("c", "a")]:
+        assert S(g, ids[pair]) == pytest.approx(0.55)
+    assert S(g, ids[("d", "e")]) == 0.5
+    k = g._entity_key
+    cid = min(k["a"], k["b"], k["c"])
+    assert [int(g.nodes.cluster[k[x]]) for x in "abcde"] == [cid, cid, cid, -1, -1]
+
+
+def test_scc_merges_near_duplicates_in_a_cycle():
+    # "bob" and "robert": cosine 0.96, below the engram resolve threshold (0.97 here) but above
+    # the SCC merge threshold (0.8); they refer to each other, so the SCC step merges them.
+    table = {"bob": [1, 0, 0, 0], "robert": [0.96, 0.28, 0, 0], "paris": [0, 0, 1, 0], "chess": [0, 0, 0, 1]}
+    cfg = GraphConfig(engram=replace(GraphConfig().engram, gat=False, resolve_threshold=0.97))
+    g = LiquidGraph(TableEmbedder(table, dim=4), config=cfg)
+    g.engram([("bob", "also called", "robert"), ("robert", "also called", "bob"), ("robert", "lives in", "paris"),
+              ("bob", "plays", "chess")])
+    assert g.stats()["n_entities"] == 4
+    rep = g.maintain(steps=["scc"])
+    assert rep.steps["scc"]["merged"] == 1
+    assert g.stats()["n_entities"] == 3
+    bob = g.find("bob")
+    assert g.find("robert") == bob  # the alias now resolves to the kept node
+    facts = {(f["subject"], f["relation"], f["object"]) for f in g.facts()}
+    assert facts == {("bob", "lives in", "paris"), ("bob", "plays", "chess")}  # self-loops dropped
+    assert "robert" in g.node(bob)["aliases"]
+
+
+def test_solidify_edges_and_nodes():
+    g, ids = make([("a", "r", "b", 0.96), ("a", "r", "c", 0.96), ("a", "r", "d", 0.96), ("x", "r", "y", 0.96)],
+                  dyn=DynamicsConfig(solidify_node_edges=3))
+    for pair in [("a", "b"), ("a", "c"), ("a", "d")]:
+        g.edges.uses[ids[pair]] = 3
+    g.edges.uses[ids[("x", "y")]] = 2  # strong but too rarely used
+    rep = g.maintain(steps=["solidify"])
+    assert rep.steps["solidify"] == {"edges_solidified": 3, "nodes_solidified": 1}
+    assert not g.edges.permanent[ids[("x", "y")]]
+    assert g.node(g.find("a"))["permanent"] and not g.node(g.find("b"))["permanent"]
+
+
+def test_promote_and_working_capacity():
+    g, ids = make([("a", "r", "b", 0.5), ("c", "r", "d", 0.5)], dyn=DynamicsConfig(working_capacity=1))
+    k = g._entity_key
+    nd = g.nodes
+    nd.access[k["a"]] = 2  # used enough -> long term
+    nd.surprise[k["b"]] = 0.9  # surprising -> long term
+    nd.access[k["c"]] = 1
+    nd.access[k["d"]] = 1
+    nd.last_access[k["c"]] = -5  # least recently used working node: forgotten first
+    rep = g.maintain(steps=["promote"])
+    assert rep.steps["promote"] == {"promoted": 2, "forgotten": 1}
+    assert g.find("c") is None and g.find("d") is not None
+    assert g.node(g.find("a"))["stage"] == "long_term" and g.node(g.find("d"))["stage"] == "working"
+    assert not g.edges.alive[ids[("c", "d")]]  # the forgotten node took its edge with it
+
+
+def test_prune_weak_inactive_isolated_and_permanent_exempt():
+    g, ids = make([("a", "r", "b", 0.04), ("c", "r", "d", 0.06), ("e", "r", "f", 0.01), ("g", "r", "h", 0.5)])
+    g.edges.permanent[ids[("e", "f")]] = True
+    g.set_permanent(g.find("a"))
+    g.tick = 1
+    rep = g.maintain(steps=["prune"])
+    assert rep.steps["prune"]["weak_edges"] == 1
+    assert not g.edges.alive[ids[("a", "b")]]
+    assert g.edges.alive[ids[("c", "d")]] and g.edges.alive[ids[("e", "f")]]
+    # a and b became isolated: b (created at tick 0, grace 1) is removed, permanent a stays
+    assert g.find("b") is None and g.find("a") is not None
+    # inactive: g-h not accessed for >= 50 ticks and degree 1 <= 1 -> removed; c-d too, e-f ends are not permanent
+    g.tick = 60
+    g.nodes.last_access[g._entity_key["c"]] = 59
+    g.nodes.last_access[g._entity_key["d"]] = 59
+    rep = g.maintain(steps=["prune"])
+    assert g.find("g") is None and g.find("h") is None
+    assert g.find("c") is not None and g.find("a") is not None
+    assert rep.steps["prune"]["inactive_nodes"] >= 2
+
+
+def test_prune_capacity_limits():
+    rows = [(f"s{i}", "r", f"o{i}", 0.1 + 0.1 * i) for i in range(5)]
+    g, ids = make(rows, dyn=DynamicsConfig(max_edges=3))
+    g.maintain(steps=["prune"])
+    alive = [bool(g.edges.alive[ids[(f"s{i}", f"o{i}")]]) for i in range(5)]
+    assert alive == [False, False, True, True, True]  # the two weakest went
+    g2, _ = make(rows, dyn=DynamicsConfig(max_nodes=4))
+    for i in range(5):
+        g2.nodes.importance[g2._entity_key[f"s{i}"]] = 0.1 * i + 0.5
+    g2.maintain(steps=["prune"])
+    assert g2.stats()["n_nodes"] <= 4
+
+
+def test_maintain_switches_and_ablation():
+    rows = [("a", "r", "b", 0.5), ("b", "r", "c", 0.5)]
+    g, _ = make(rows, dyn=DynamicsConfig(**ALL_OFF))
+    st = g._state()
+    rep = g.maintain()
+    assert rep.steps == {} and g.tick == 1
+    after = g._state()
+    assert all(np.array_equal(st["edges"]["arrays"][k], after["edges"]["arrays"][k]) for k in st["edges"]["arrays"])
+    g2, _ = make(rows, dyn=replace(DynamicsConfig(), decay=False))
+    rep2 = g2.maintain()
+    assert "decay" not in rep2.steps and "prune" in rep2.steps
+    with pytest.raises(ValueError, match="unknown maintain steps"):
+        g2.maintain(steps=["teleport"])
+
+
+def test_config_validation_messages():
+    with pytest.raises(ValueError, match="decay_rate"):
+        DynamicsConfig(decay_rate=1.0)
+    with pytest.raises(ValueError, match="traversal"):
+        from mags_lib.graph import RecallConfig
+
+        RecallConfig(traversal="random")
+    with pytest.raises(TypeError):
+        GraphConfig(dynamics={"decay": False})

@@ -1,0 +1,99 @@
+"""Property tests (hypothesis) over random sequences of engram / recall / reinforce / maintain."""
+
+import numpy as np
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from mags_lib.embed import HashEmbedder
+from mags_lib.graph import DynamicsConfig, GraphConfig, LiquidGraph, RecallConfig
+from mags_lib.graph.core import _state_differences
+
+EMB = HashEmbedder(dim=64)
+WORDS = ["alice", "bob", "carol", "tea", "paris", "chess", "dog", "blue die", "ten", "six"]
+RELS = ["likes", "lives in", "is", "has sides", "knows"]
+# aggressive dynamics so that pruning, capacity, merging, solidification all happen in short runs
+CFG = GraphConfig(
+    dynamics=DynamicsConfig(decay_rate=0.3, prune_strength=0.15, max_nodes=9, max_edges=14, inactive_ticks=3,
+                            working_capacity=6, scc_merge_similarity=0.3, solidify_strength=0.6,
+                            solidify_min_uses=1, gol_survive_max=3),
+    recall=RecallConfig(n_anchors=2, min_path_strength=0.01),
+)
+
+triplet = st.tuples(st.sampled_from(WORDS), st.sampled_from(RELS), st.sampled_from(WORDS))
+op = st.one_of(
+    st.tuples(st.just("engram"), st.lists(triplet, min_size=1, max_size=4), st.booleans()),
+    st.tuples(st.just("recall"), st.lists(st.sampled_from(WORDS), min_size=1, max_size=2), st.integers(1, 6)),
+    st.tuples(st.just("reinforce"), st.floats(-1.0, 1.0)),
+    st.tuples(st.just("maintain")),
+    st.tuples(st.just("permanent"), st.sampled_from(WORDS)),
+    st.tuples(st.just("snapshot")),
+)
+
+
+def check_invariants(g: LiquidGraph) -> None:
+    nd, ed = g.nodes, g.edges
+    alive_nodes = set(np.flatnonzero(nd.alive).tolist())
+    assert set(g.G.nodes) == alive_nodes
+    # no dangling edges: every alive edge (valid or superseded) joins two alive nodes
+    ae = np.flatnonzero(ed.alive)
+    assert nd.alive[ed.src[ae]].all() and nd.alive[ed.dst[ae]].all()
+    live = set(np.flatnonzero(ed.alive & ed.valid).tolist())
+    assert {k for _, _, k in g.G.edges(keys=True)} == live
+    for u, v, k in g.G.edges(keys=True):
+        assert (ed.src[k], ed.dst[k]) == (u, v)
+    # strengths in (0, 1]
+    s = ed.strength[ae]
+    assert ((s > 0) & (s <= 1)).all(), s[(s <= 0) | (s > 1)]
+    # entity keys point at alive entities
+    assert all(nd.alive[i] for i in g._entity_key.values())
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(op, min_size=1, max_size=22))
+def test_random_operation_sequences(ops):
+    g = LiquidGraph(EMB, config=CFG)
+    last = None
+    snap = None
+    for i, o in enumerate(ops):
+        perm_before = set(np.flatnonzero(g.nodes.alive & g.nodes.permanent).tolist())
+        kind = o[0]
+        if kind == "engram":
+            ep = g.add_episode(f"input {i}: " + "; ".join(" ".join(t) for t in o[1]), source=f"S{i}") if o[2] else None
+            g.engram(o[1], episode=ep)
+        elif kind == "recall":
+            last = g.recall(o[1], k=o[2])
+            for it in last.items:
+                if it.kind == "fact":  # invalidated (or pruned) edges are never recalled
+                    assert g.edges.valid[it.edge_id] and g.edges.alive[it.edge_id]
+                else:
+                    assert g.nodes.alive[g._idx(it.node_id)]
+            assert len(last.items) <= o[2]
+        elif kind == "reinforce" and last is not None:
+            g.reinforce(last, reward=o[1])
+        elif kind == "maintain":
+            g.maintain()
+            d = CFG.dynamics
+            st_ = g.stats()
+            assert st_["n_nodes"] <= max(d.max_nodes, st_["n_permanent_nodes"])
+            assert st_["n_valid_edges"] <= max(d.max_edges, st_["n_permanent_edges"])
+            assert st_["n_working"] <= d.working_capacity + st_["n_permanent_nodes"]
+        elif kind == "permanent":
+            nid = g.find(o[1])
+            if nid is not None:
+                g.set_permanent(nid)
+        elif kind == "snapshot" and snap is None:
+            snap = (g.snapshot(), g._state())
+        check_invariants(g)
+        # permanent nodes are never pruned
+        assert g.nodes.alive[list(perm_before)].all() if perm_before else True
+    # replay of the operation log rebuilds the same graph
+    h = LiquidGraph.replay(g.oplog, EMB, config=CFG)
+    assert _state_differences(g._state(), h._state()) == []
+    # snapshot then rollback restores the graph exactly (and the log prefix replays to it)
+    if snap is not None:
+        sid, state = snap
+        g.rollback(sid)
+        assert _state_differences(g._state(), state) == []
+        check_invariants(g)
+        h2 = LiquidGraph.replay(g.oplog, EMB, config=CFG)
+        assert _state_differences(g._state(), h2._state()) == []
