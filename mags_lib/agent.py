@@ -1,0 +1,756 @@
+"""The MAGS agent: a small language model with a Liquid Knowledge Graph memory it reads and writes.
+
+``MAGS`` composes three parts that know nothing of one another: the graph (:mod:`mags_lib.graph`),
+the protocol (:mod:`mags_lib.protocol`: tags, parser, grammars, prompts) and the inference backends
+(:mod:`mags_lib.backends`). One turn:
+
+* ``observe(text, source=, time=)``: an episodic node for the input, then the **write** model turns
+  the input into ``<memory_write>`` triplets, engrammed into the graph with the same ``source`` id
+  (so every derived node and fact traces back to what was said, and when);
+* ``ask(question)``: the **ask** model turns the question into ``<memory_ask>`` queries, the graph
+  recalls facts (with a trace), and the **answer** model answers from the recalled facts, packed
+  into the prompt within a token budget (the memory tokens of every query are recorded);
+* ``turn(text)``: a router decides between the two (rule-based by default, model-based option).
+
+Baselines and ablations are configurations (:class:`MAGSConfig`, ``dataclasses.replace``) of this one
+class: backend, model files, dynamics switches, recall k, token budget, grammar on/off.
+
+>>> from mags_lib import MAGS                                # doctest: +SKIP
+>>> m = MAGS.default()                                       # doctest: +SKIP
+>>> m.observe("Blorps eat frozen lemons.", source="D1:3")    # doctest: +SKIP
+>>> m.ask("What do blorps eat?").answer                      # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import re
+import shutil
+import tempfile
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from . import protocol as P
+
+__all__ = [
+    "MAGS",
+    "ROUTER_GRAMMAR",
+    "Answer",
+    "Extraction",
+    "MAGSConfig",
+    "Observation",
+    "find_trained_model",
+    "rule_route",
+]
+
+_FORMAT = "mags-agent"
+_FORMAT_VERSION = 1
+_ROLES = ("ask", "write", "answer", "router")
+_EMBEDDED = ("base", "smollm2", "embedded")
+
+ROUTER_GRAMMAR = 'root ::= "store" | "answer"\n'
+"""GBNF of the model-based router's reply."""
+
+
+# ------------------------------------------------------------------------------------------------
+# configuration
+@dataclass(frozen=True)
+class MAGSConfig:
+    """Everything that makes one MAGS system differ from another (baselines, ablations).
+
+    Model fields accept ``None`` (decided by ``models``), ``"base"`` (the embedded SmolLM2), a
+    ``.gguf`` file or a transformers / LoRA-adapter folder.
+    """
+
+    backend: str = "llamacpp"  # "llamacpp" | "transformers" | "vllm"
+    models: str = "base"  # "base": embedded SmolLM2 for every role; "trained": newest under models/trained/
+    ask_model: str | None = None  # overrides `models` for the ask role
+    write_model: str | None = None  # overrides `models` for the write role
+    answer_model: str | None = None  # the reader; None = embedded base model
+    router_model: str | None = None  # model-based router; None = the answer model
+    models_root: str | None = None  # where models live (default <project>/models)
+    embedder: str = "minilm"  # "minilm" | "hash" | "hash-<dim>"
+    graph: Any = None  # a mags_lib.graph.GraphConfig; None = its defaults
+    dynamics: Any = True  # True/False, or {switch: bool}, or a list of the switches to keep on
+    maintain_every: int = 8  # observations between two maintain() ticks (0: never automatically)
+    recall_k: int = 10  # items recalled per ask
+    memory_token_budget: int = 256  # max tokens of recalled facts in the answer prompt
+    router: str = "rule"  # "rule" | "model"
+    grammar: bool = True  # grammar-constrained decoding for ask/write/router (backends that support it)
+    write_nonempty: bool = True  # with grammar: an observation yields at least one triplet
+    max_ops: int = 4  # with grammar: most tags per ask/write output
+    max_field_chars: int = 40  # with grammar: longest subject / relation / query
+    max_object_chars: int = 64  # with grammar: longest object
+    few_shot_write: int = 2  # few-shot examples in the write prompt
+    few_shot_ask: int = 2  # few-shot examples in the ask prompt
+    few_shot_router: int = 2
+    question_as_query: bool = True  # the question itself is also a recall query
+    max_queries: int = 4  # recall queries used per ask (question included)
+    max_new_tokens_ask: int = 64  # room for max_ops bounded queries (typical outputs: 15-30 tokens)
+    max_new_tokens_write: int = 128  # room for max_ops bounded triplets (typical: 20-50 tokens)
+    max_new_tokens_answer: int = 48
+    temperature: float = 0.0  # 0: greedy (deterministic)
+    n_threads: int | None = None  # llama.cpp / torch threads (None: every usable core)
+    n_ctx: int = 2048  # llama.cpp context window
+    context_per_role: bool = True  # llama.cpp: one context per role on the same mmapped weights, so each
+    # role's fixed prompt prefix (system prompt + few-shot) stays in its KV cache between calls
+    answer_stop: tuple = ("\n",)  # strings that end the answer (the reader answers in one line)
+    seed: int = 0
+    backend_kwargs: dict = field(default_factory=dict)  # extra load_backend() options
+
+    def __post_init__(self) -> None:
+        from .backends import BACKENDS
+
+        if self.backend.lower().replace(".", "").replace("_", "") not in BACKENDS + ("hf",):
+            raise ValueError(f"backend must be one of {BACKENDS}, got {self.backend!r}")
+        if self.models not in ("base", "trained"):
+            raise ValueError(f"models must be 'base' or 'trained', got {self.models!r}")
+        if self.router not in ("rule", "model"):
+            raise ValueError(f"router must be 'rule' or 'model', got {self.router!r}")
+        for name in ("recall_k", "memory_token_budget", "max_queries", "max_ops", "max_field_chars",
+                     "max_object_chars", "max_new_tokens_ask",
+                     "max_new_tokens_write", "max_new_tokens_answer", "n_ctx"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        for name in ("maintain_every", "few_shot_write", "few_shot_ask", "few_shot_router"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
+        if self.temperature < 0:
+            raise ValueError(f"temperature must be >= 0, got {self.temperature}")
+        if self.n_threads is not None and self.n_threads < 1:
+            raise ValueError(f"n_threads must be None or >= 1, got {self.n_threads}")
+        if not isinstance(self.dynamics, (bool, dict, list, tuple, set, frozenset)):
+            raise TypeError("dynamics must be a bool, a {switch: bool} dict or a list of switch names")
+        if self.graph is not None:
+            from .graph import GraphConfig
+
+            if not isinstance(self.graph, GraphConfig):
+                raise TypeError(f"graph must be a GraphConfig or None, got {type(self.graph).__name__}")
+        _dynamics_switches(self.dynamics)  # validates switch names
+        if isinstance(self.answer_stop, str) or not all(isinstance(x, str) for x in self.answer_stop):
+            raise TypeError("answer_stop must be a sequence of strings, e.g. ('\\n',)")
+        object.__setattr__(self, "answer_stop", tuple(self.answer_stop))
+
+    def graph_config(self) -> Any:
+        """The :class:`~mags_lib.graph.GraphConfig` with the ``dynamics`` switches applied."""
+        from .graph import GraphConfig
+
+        cfg = self.graph if self.graph is not None else GraphConfig()
+        switches = _dynamics_switches(self.dynamics)
+        if switches:
+            cfg = dataclasses.replace(cfg, dynamics=dataclasses.replace(cfg.dynamics, **switches))
+        return cfg
+
+    @property
+    def dynamics_on(self) -> bool:
+        """Whether maintain() ticks run at all."""
+        return self.dynamics is not False and bool(self.dynamics != [] and self.dynamics != ())
+
+    def to_dict(self) -> dict:
+        """Plain-JSON form (the graph config through its own ``to_dict``)."""
+        d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        d["graph"] = self.graph.to_dict() if self.graph is not None else None
+        d["answer_stop"] = list(self.answer_stop)
+        if isinstance(self.dynamics, (set, frozenset, tuple)):
+            d["dynamics"] = sorted(self.dynamics)
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict) -> MAGSConfig:
+        """Inverse of :meth:`to_dict`; unknown keys raise ``ValueError``."""
+        known = {f.name for f in dataclasses.fields(cls)}
+        bad = set(d) - known
+        if bad:
+            raise ValueError(f"unknown MAGSConfig keys {sorted(bad)}; known: {sorted(known)}")
+        d = dict(d)
+        if "answer_stop" in d:
+            d["answer_stop"] = tuple(d["answer_stop"])
+        if d.get("graph") is not None:
+            from .graph import GraphConfig
+
+            d["graph"] = GraphConfig.from_dict(d["graph"])
+        return cls(**d)
+
+
+def _dynamics_bools() -> list[str]:
+    from .graph import DynamicsConfig
+
+    return [f.name for f in dataclasses.fields(DynamicsConfig) if f.type in (bool, "bool")]
+
+
+def _dynamics_switches(spec: Any) -> dict[str, bool]:
+    """Turn the ``dynamics`` config value into DynamicsConfig switch overrides."""
+    if spec is True:
+        return {}
+    names = _dynamics_bools()
+    if spec is False:
+        return {n: False for n in names}
+    if isinstance(spec, dict):
+        bad = set(spec) - set(names)
+        if bad:
+            raise ValueError(f"unknown dynamics switches {sorted(bad)}; known: {names}")
+        return {k: bool(v) for k, v in spec.items()}
+    keep = set(spec)
+    bad = keep - set(names)
+    if bad:
+        raise ValueError(f"unknown dynamics switches {sorted(bad)}; known: {names}")
+    return {n: n in keep for n in names}
+
+
+# ------------------------------------------------------------------------------------------------
+# results
+@dataclass
+class Extraction:
+    """One raw model output for a role, and its parse (strict, for adherence; lenient, for use)."""
+
+    input: str
+    role: str
+    text: str
+    strict: P.Parsed
+    lenient: P.Parsed
+    n_new_tokens: int = 0
+    seconds: float = 0.0
+
+    @property
+    def ops(self) -> list[P.Op]:
+        """The operations the agent uses (lenient parse)."""
+        return self.lenient.ops
+
+    @property
+    def adherent(self) -> bool:
+        """The output parses under the strict protocol for its role."""
+        return self.strict.ok
+
+
+@dataclass
+class Observation:
+    """What :meth:`MAGS.observe` did."""
+
+    text: str
+    source: str
+    time: str | None
+    episode: str
+    triplets: list[tuple[str, str, str]]
+    extraction: Extraction
+    report: Any
+    maintained: Any = None
+    seconds: float = 0.0
+    kind: str = "observe"
+
+
+@dataclass
+class Answer:
+    """What :meth:`MAGS.ask` did: the answer, the facts it was given, the recall trace.
+
+    Attributes
+    ----------
+    memory_tokens : int
+        Tokens of the memory block (recalled facts) in the answer prompt.
+    timings : dict
+        Seconds per step: ``ask``, ``recall``, ``answer``.
+    """
+
+    question: str
+    answer: str
+    facts: list[str]
+    trace: Any
+    recall: Any
+    queries: list[str]
+    memory_tokens: int
+    extraction: Extraction | None
+    timings: dict[str, float]
+    seconds: float
+    items: list = field(default_factory=list)  # the recall items behind ``facts``, same order
+    kind: str = "ask"
+
+    @property
+    def sources(self) -> list[str]:
+        """Source ids of the facts given to the answer model, in order, without repeats."""
+        seen: dict[str, None] = {}
+        for it in self.items:
+            for s in it.sources:
+                seen.setdefault(s, None)
+        return list(seen)
+
+
+# ------------------------------------------------------------------------------------------------
+# helpers
+_QUESTION_START = re.compile(
+    r"^\s*(what|who|whom|whose|where|when|why|how|which|do|does|did|is|are|was|were|can|could|will|"
+    r"would|should|shall|may|might|have|has|had|am|tell me|remind me|recall|name|list)\b", re.I)
+
+
+def rule_route(text: str) -> str:
+    """Rule-based router: ``"answer"`` for a question, ``"store"`` for anything else.
+
+    A question ends with ``?`` or starts with a question word / auxiliary verb / request
+    ("tell me", "remind me").
+
+    >>> rule_route("Blorps eat frozen lemons."), rule_route("What do blorps eat?")
+    ('store', 'answer')
+    >>> rule_route("Tell me where the quindles live")
+    'answer'
+    """
+    t = text.strip()
+    if t.endswith("?"):
+        return "answer"
+    return "answer" if _QUESTION_START.match(t) and not t.endswith((".", "!")) else "store"
+
+
+def _newest(paths: Iterable[Path]) -> Path | None:
+    paths = list(paths)
+    return max(paths, key=lambda p: p.stat().st_mtime) if paths else None
+
+
+def find_trained_model(role: str, *, backend: str = "llamacpp",
+                       models_root: str | Path | None = None) -> Path:
+    """The newest trained model for ``role`` under ``<models_root>/trained/<role>/``.
+
+    Looks for ``.gguf`` files and transformers / LoRA-adapter folders (``config.json`` or
+    ``adapter_config.json``) anywhere below ``models/trained/<role>/``, e.g.
+    ``models/trained/ask/<run>/model.gguf`` or ``models/trained/write/<run>/``. The llama.cpp
+    backend takes GGUF files only; the others prefer folders. The newest by modification time wins.
+
+    Raises
+    ------
+    mags_lib.models.ModelNotFoundError
+        When there is none, saying which notebooks make them.
+    """
+    from .models import ModelNotFoundError, project_root
+
+    if role not in ("ask", "write"):
+        raise ValueError(f"trained models exist for roles 'ask' and 'write', not {role!r}")
+    root = Path(models_root) if models_root is not None else project_root() / "models"
+    base = root / "trained" / role
+    ggufs = [p for p in base.rglob("*.gguf") if p.is_file()] if base.is_dir() else []
+    dirs = [p.parent for name in ("config.json", "adapter_config.json")
+            for p in (base.rglob(name) if base.is_dir() else [])]
+    key = backend.lower().replace(".", "").replace("_", "")
+    pick = _newest(ggufs) if key == "llamacpp" else (_newest(dirs) or _newest(ggufs))
+    if pick is None:
+        extra = ""
+        if key == "llamacpp" and dirs:
+            extra = (f" There are transformers folders ({_newest(dirs)}) but the llamacpp backend needs "
+                     "GGUF: run notebooks/30_export_gguf.ipynb, or use backend='transformers'.")
+        raise ModelNotFoundError(
+            f"no trained {role} model under {base} (looked for *.gguf files and folders with "
+            "config.json or adapter_config.json)." + extra + " Train one with "
+            "notebooks/20_train_ask_write.ipynb (then 30_export_gguf for llama.cpp), or use "
+            "MAGS.default(models='base').")
+    return pick
+
+
+# ------------------------------------------------------------------------------------------------
+class MAGS:
+    """A frozen language model with a Liquid Knowledge Graph memory (see the module docstring).
+
+    Parameters
+    ----------
+    config : MAGSConfig
+    graph : LiquidGraph, optional
+        An existing graph (e.g. loaded); a fresh one otherwise.
+    embedder : Embedder, optional
+        Overrides ``config.embedder``.
+    backends : dict, optional
+        ``{role: Backend}`` to reuse already loaded backends (not closed by :meth:`close`).
+    """
+
+    def __init__(self, config: MAGSConfig | None = None, *, graph: Any = None, embedder: Any = None,
+                 backends: dict | None = None) -> None:
+        from .embed import load_embedder
+        from .graph import LiquidGraph
+
+        self.config = config or MAGSConfig()
+        self.embedder = embedder if embedder is not None else load_embedder(self.config.embedder)
+        self.graph = graph if graph is not None else LiquidGraph(
+            self.embedder, config=self.config.graph_config(), seed=self.config.seed)
+        self.model_paths = self._resolve_models()
+        self._backends: dict[str, Any] = {}  # cache key -> backend
+        self._owned: list[Any] = []
+        self._role_backend: dict[str, Any] = dict(backends or {})
+        self.n_observations = 0
+        self.n_asks = 0
+        self.memory_tokens: list[int] = []  # memory tokens per ask, in order
+        self.latencies: dict[str, list[float]] = {"observe": [], "ask": []}
+        self._turn = 0
+
+    # -- construction ----------------------------------------------------------------------------
+    @classmethod
+    def default(cls, **kw: Any) -> MAGS:
+        """A MAGS system on the embedded models (CPU, llama.cpp, fresh graph).
+
+        Every keyword is a :class:`MAGSConfig` field, e.g. ``backend="transformers"``,
+        ``models="trained"``, ``write_model="models/trained/write/run1/model.gguf"``,
+        ``dynamics=False`` or ``dynamics={"game_of_life": False}``, ``recall_k=5``,
+        ``memory_token_budget=128``, ``router="model"``, ``embedder="hash"``.
+        The models are checked now (a missing one raises at once) and loaded on first use.
+        """
+        return cls(MAGSConfig(**kw))
+
+    def _resolve_models(self) -> dict[str, str | None]:
+        """Model spec per role (None = embedded), checking that each exists."""
+        from .models import resolve_model
+
+        c = self.config
+        out: dict[str, str | None] = {}
+        for role in _ROLES:
+            explicit = getattr(c, f"{role}_model")
+            if explicit is not None and str(explicit).lower() not in _EMBEDDED:
+                out[role] = str(explicit)
+            elif explicit is None and c.models == "trained" and role in ("ask", "write"):
+                out[role] = str(find_trained_model(role, backend=c.backend, models_root=c.models_root))
+            else:
+                out[role] = None
+        if out["router"] is None:
+            out["router"] = out["answer"]
+        for spec in out.values():
+            if spec is not None:
+                resolve_model(spec, models_root=c.models_root)  # fails fast with a clear message
+        return out
+
+    def backend(self, role: str) -> Any:
+        """The loaded backend serving ``role`` (loaded on first use; one per distinct model)."""
+        if role not in _ROLES:
+            raise ValueError(f"unknown role {role!r}; roles: {_ROLES}")
+        if role in self._role_backend:
+            return self._role_backend[role]
+        from .backends import load_backend
+
+        c = self.config
+        spec = self.model_paths[role]
+        key_name = c.backend.lower().replace(".", "").replace("_", "")
+        key = (c.backend, spec, role if (c.context_per_role and key_name == "llamacpp") else None)
+        b = self._backends.get(key)
+        if b is None:
+            kw = dict(c.backend_kwargs)
+            if key_name == "llamacpp":
+                kw.setdefault("n_ctx", c.n_ctx)
+                kw.setdefault("seed", c.seed)
+            if c.n_threads is not None and key_name in ("llamacpp", "transformers"):
+                kw.setdefault("n_threads", c.n_threads)
+            b = load_backend(c.backend, spec, **kw)
+            self._backends[key] = b
+            self._owned.append(b)
+        self._role_backend[role] = b
+        return b
+
+    def grammar_for(self, role: str, *, nonempty: bool = False) -> str:
+        """The GBNF grammar the agent uses for ``role`` (see :func:`mags_lib.protocol.grammar`)."""
+        if role == "router":
+            return ROUTER_GRAMMAR
+        c = self.config
+        return P.grammar(role, min_ops=1 if nonempty else 0, max_ops=c.max_ops,
+                               max_field_chars=c.max_field_chars, max_object_chars=c.max_object_chars)
+
+    # -- model calls -----------------------------------------------------------------------------
+    def extract_many(self, texts: Sequence[str], role: str = "write", *, grammar: bool | None = None,
+                     few_shot: int | None = None, nonempty: bool = False) -> list[Extraction]:
+        """Raw model outputs for ``role`` ("ask" or "write") on each text, with their parses.
+
+        Parameters
+        ----------
+        texts : list of str
+        role : {"ask", "write"}
+        grammar : bool, optional
+            Constrain decoding with the role's GBNF grammar (default: ``config.grammar``).
+        few_shot : int, optional
+            Few-shot examples (default: the config's for the role).
+        nonempty : bool
+            With a grammar, require at least one operation.
+
+        With a grammar, decoding uses :meth:`grammar_for` (bounded tags: outputs always end and
+        parse strictly); without, the model is free (its strict parse measures adherence).
+        """
+        if role not in ("ask", "write"):
+            raise ValueError(f"role must be 'ask' or 'write', got {role!r}")
+        texts = [self._check_text(t) for t in texts]
+        c = self.config
+        default_shots = c.few_shot_write if role == "write" else c.few_shot_ask
+        shots = few_shot if few_shot is not None else default_shots
+        use_grammar = c.grammar if grammar is None else grammar
+        gbnf = None
+        if use_grammar:
+            b = self.backend(role)
+            if not b.supports_grammar:
+                if grammar:
+                    raise ValueError(f"grammar=True but the {b.name!r} backend has no constrained "
+                                     "decoding; use backend='llamacpp'")
+            else:
+                gbnf = self.grammar_for(role, nonempty=nonempty)
+        prompts = [P.build_messages(role, t, few_shot=shots) for t in texts]
+        max_new = c.max_new_tokens_write if role == "write" else c.max_new_tokens_ask
+        gens = self.backend(role).generate(prompts, max_new_tokens=max_new, temperature=c.temperature,
+                                           grammar=gbnf, seed=c.seed)
+        return [Extraction(input=t, role=role, text=g.text, strict=P.parse(g.text, role=role),
+                           lenient=P.parse(g.text, role=role, mode="lenient"),
+                           n_new_tokens=g.n_new_tokens, seconds=g.seconds)
+                for t, g in zip(texts, gens)]
+
+    def extract(self, text: str, role: str = "write", *, grammar: bool | None = None) -> list[P.Op]:
+        """The model's memory operations for ``text`` (raw, for evaluation): a list of :class:`Op`.
+
+        Parsed leniently; use :meth:`extract_many` for the raw text and the strict parse.
+        """
+        return self.extract_many([text], role, grammar=grammar)[0].ops
+
+    def route(self, text: str) -> str:
+        """``"store"`` or ``"answer"`` for an input (``config.router``: rule or model)."""
+        text = self._check_text(text)
+        if self.config.router == "rule":
+            return rule_route(text)
+        c = self.config
+        prompt = P.build_messages("router", text, few_shot=c.few_shot_router)
+        g = self.backend("router").generate([prompt], max_new_tokens=3, temperature=0.0,
+                                            grammar=ROUTER_GRAMMAR if self.config.grammar
+                                            and self.backend("router").supports_grammar else None)[0]
+        word = g.text.strip().lower()
+        if word.startswith("answer") or word.startswith("ask"):
+            return "answer"
+        if word.startswith("store"):
+            return "store"
+        return rule_route(text)  # unparseable reply (no grammar): fall back to the rule
+
+    # -- the loop ----------------------------------------------------------------------------------
+    def _check_text(self, text: Any) -> str:
+        if not isinstance(text, str):
+            raise TypeError(f"expected text (str), got {type(text).__name__}")
+        if not text.strip():
+            raise ValueError("empty text: pass a non-empty observation or question")
+        return text.strip()
+
+    def observe(self, text: str, source: str | None = None, time: str | None = None) -> Observation:
+        """Store an observation: an episodic node, then the write model's triplets (engram).
+
+        Parameters
+        ----------
+        text : str
+        source : str, optional
+            Source id (e.g. ``"D1:3"``) carried by the episode and every derived node and fact;
+            default ``"T<turn>"``.
+        time : str, optional
+            When it was said (e.g. ``"2023-05-08"``).
+        """
+        import time as _time
+
+        t0 = _time.perf_counter()
+        text = self._check_text(text)
+        self._turn += 1
+        source = str(source) if source is not None else f"T{self._turn}"
+        ep = self.graph.add_episode(text, source=source, time=time)
+        ext = self.extract_many([text], "write", nonempty=self.config.write_nonempty)[0]
+        triplets = list(dict.fromkeys(ext.lenient.triplets))
+        report = self.graph.engram(triplets, episode=ep, source=source, time=time)
+        self.n_observations += 1
+        maintained = None
+        c = self.config
+        if c.dynamics_on and c.maintain_every and self.n_observations % c.maintain_every == 0:
+            maintained = self.graph.maintain()
+        dt = _time.perf_counter() - t0
+        self.latencies["observe"].append(dt)
+        return Observation(text=text, source=source, time=time, episode=ep, triplets=triplets,
+                           extraction=ext, report=report, maintained=maintained, seconds=dt)
+
+    def pack_facts(self, items: Sequence[Any], budget: int | None = None) -> tuple[list[str], int, list]:
+        """Fact lines from ranked recall items, best first, within the token budget.
+
+        Returns the facts, the token count of the memory block they make
+        (:func:`mags_lib.protocol.format_facts`, measured with the answer model's tokenizer) and the
+        items they came from. Items whose normalised text repeats an earlier one are skipped.
+        """
+        budget = self.config.memory_token_budget if budget is None else int(budget)
+        b = self.backend("answer")
+        facts: list[str] = []
+        used_items: list = []
+        seen: set[str] = set()
+        used = b.count_tokens(P.format_facts([]).split("\n")[0])
+        for it in items:
+            line = " ".join(it.text.split())
+            key = P.normalize_text(line)
+            if not line or key in seen:
+                continue
+            cost = b.count_tokens(f"{len(facts) + 1}. {line}\n")
+            if used + cost > budget:
+                break
+            facts.append(line)
+            used_items.append(it)
+            seen.add(key)
+            used += cost
+        return facts, (b.count_tokens(P.format_facts(facts)) if facts else 0), used_items
+
+    def ask(self, question: str, *, time: str | None = None, k: int | None = None) -> Answer:
+        """Answer a question from memory: ask model -> recall -> answer model.
+
+        Parameters
+        ----------
+        question : str
+        time : str, optional
+            Unused by the models; kept for symmetry with :meth:`observe` (recorded in the trace).
+        k : int, optional
+            Items recalled (default ``config.recall_k``).
+
+        Returns
+        -------
+        Answer
+            ``.answer``, ``.facts`` (as given to the answer model), ``.trace`` (the recall trace),
+            ``.memory_tokens``, ``.timings``.
+        """
+        import time as _time
+
+        t0 = _time.perf_counter()
+        question = self._check_text(question)
+        c = self.config
+        ext = self.extract_many([question], "ask")[0]
+        t1 = _time.perf_counter()
+        queries = ([question] if c.question_as_query else []) + ext.lenient.asks
+        queries = list(dict.fromkeys(q.strip() for q in queries if q.strip()))[: c.max_queries]
+        if not queries:
+            queries = [question]
+        res = self.graph.recall(queries, k=k or c.recall_k)
+        t2 = _time.perf_counter()
+        facts, mem_tokens, used_items = self.pack_facts(res.items)
+        prompt = P.build_messages("answer", question, facts=facts)
+        gen = self.backend("answer").generate([prompt], max_new_tokens=c.max_new_tokens_answer,
+                                              temperature=c.temperature, seed=c.seed,
+                                              stop=list(c.answer_stop) or None)[0]
+        t3 = _time.perf_counter()
+        self.n_asks += 1
+        self.memory_tokens.append(mem_tokens)
+        self.latencies["ask"].append(t3 - t0)
+        return Answer(question=question, answer=gen.text.strip(), facts=facts, trace=res.trace, recall=res,
+                      queries=queries, memory_tokens=mem_tokens, extraction=ext,
+                      timings={"ask": t1 - t0, "recall": t2 - t1, "answer": t3 - t2}, seconds=t3 - t0,
+                      items=used_items)
+
+    def turn(self, text: str, source: str | None = None, time: str | None = None) -> Observation | Answer:
+        """One conversational turn: the router decides between :meth:`observe` and :meth:`ask`."""
+        return self.ask(text, time=time) if self.route(text) == "answer" else self.observe(
+            text, source=source, time=time)
+
+    def recall(self, query: str | Sequence[str], k: int = 10) -> list[Any]:
+        """Ranked memory items for a query (no language model involved).
+
+        Each item has ``.text``, ``.score``, ``.sources`` (source ids), ``.path``, ``.kind``.
+        """
+        if isinstance(query, str):
+            self._check_text(query)
+        elif not query:
+            raise ValueError("recall needs a query or a non-empty list of queries")
+        return list(self.graph.recall(query, k=k).items)
+
+    def feedback(self, answer: Answer, reward: float = 1.0) -> None:
+        """Reinforce the recall paths that led to a rewarded answer (negative reward weakens)."""
+        self.graph.reinforce(answer.recall, reward=reward)
+
+    def maintain(self) -> Any:
+        """One tick of the enabled graph dynamics."""
+        return self.graph.maintain()
+
+    # -- state ---------------------------------------------------------------------------------
+    def snapshot(self) -> str:
+        """Snapshot the memory; returns its id for :meth:`rollback`."""
+        return self.graph.snapshot()
+
+    def rollback(self, sid: str) -> None:
+        """Restore the memory to snapshot ``sid``."""
+        self.graph.rollback(sid)
+
+    def save(self, path: str | Path) -> Path:
+        """Save memory and configuration to folder ``path`` (``mags.json`` + ``graph/``), atomically.
+
+        Models are not copied: the configuration names them.
+        """
+        path = Path(path)
+        if path.exists() and not (path / "mags.json").is_file():
+            if path.is_file() or any(path.iterdir()):
+                raise FileExistsError(f"{path} exists and is not a saved MAGS folder; pick a new path")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent))
+        try:
+            self.graph.save(tmp / "graph")
+            state = {"format": _FORMAT, "version": _FORMAT_VERSION, "config": self.config.to_dict(),
+                     "n_observations": self.n_observations, "n_asks": self.n_asks, "turn": self._turn,
+                     "memory_tokens": self.memory_tokens, "saved_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+            (tmp / "mags.json").write_text(json.dumps(state, indent=1, default=str))
+            if path.exists():
+                old = path.with_name(f".{path.name}.old")
+                shutil.rmtree(old, ignore_errors=True)
+                os.replace(path, old)
+                os.replace(tmp, path)
+                shutil.rmtree(old, ignore_errors=True)
+            else:
+                os.replace(tmp, path)
+        finally:
+            if tmp.exists():
+                shutil.rmtree(tmp, ignore_errors=True)
+        return path
+
+    @classmethod
+    def load(cls, path: str | Path, *, embedder: Any = None, **overrides: Any) -> MAGS:
+        """Load a folder written by :meth:`save`; keywords override configuration fields."""
+        from .graph import LiquidGraph
+
+        path = Path(path)
+        meta = path / "mags.json"
+        if not meta.is_file():
+            raise FileNotFoundError(f"{path} is not a saved MAGS folder (no mags.json); save one with "
+                                    "MAGS.save(path)")
+        try:
+            state = json.loads(meta.read_text())
+        except ValueError as e:
+            raise ValueError(f"{meta} is corrupt ({e})") from e
+        if state.get("format") != _FORMAT or state.get("version") != _FORMAT_VERSION:
+            raise ValueError(f"{meta} is not a MAGS save of version {_FORMAT_VERSION} "
+                             f"(format={state.get('format')!r}, version={state.get('version')!r})")
+        cfg = MAGSConfig.from_dict(state["config"])
+        if overrides:
+            cfg = dataclasses.replace(cfg, **overrides)
+        from .embed import load_embedder
+
+        emb = embedder if embedder is not None else load_embedder(cfg.embedder)
+        graph = LiquidGraph.load(path / "graph", emb)
+        m = cls(cfg, graph=graph, embedder=emb)
+        m.n_observations = int(state.get("n_observations", 0))
+        m.n_asks = int(state.get("n_asks", 0))
+        m._turn = int(state.get("turn", 0))
+        m.memory_tokens = [int(x) for x in state.get("memory_tokens", [])]
+        return m
+
+    def stats(self) -> dict:
+        """Graph statistics plus turn counts, memory tokens per query and turn latencies."""
+        import numpy as np
+
+        out = dict(self.graph.stats())
+        out.update(n_observations=self.n_observations, n_asks=self.n_asks)
+        if self.memory_tokens:
+            mt = np.asarray(self.memory_tokens, dtype=float)
+            out.update(memory_tokens_mean=float(mt.mean()), memory_tokens_p50=float(np.median(mt)),
+                       memory_tokens_max=int(mt.max()))
+        for kind, lat in self.latencies.items():
+            if lat:
+                out[f"{kind}_latency_p50_s"] = float(np.percentile(lat, 50))
+                out[f"{kind}_latency_p95_s"] = float(np.percentile(lat, 95))
+        return out
+
+    def close(self) -> None:
+        """Close the backends this agent loaded (idempotent)."""
+        for b in self._owned:
+            b.close()
+        self._owned.clear()
+        self._backends.clear()
+        self._role_backend.clear()
+
+    def __enter__(self) -> MAGS:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        c = self.config
+        return (f"MAGS(backend={c.backend!r}, models={c.models!r}, observations={self.n_observations}, "
+                f"asks={self.n_asks})")

@@ -1,0 +1,273 @@
+"""The small interface every inference backend implements, and :func:`load_backend`.
+
+A backend wraps one language model and turns prompts into :class:`Generation` records. Prompts are
+either chat messages (``[{"role": "user", "content": ...}, ...]``), rendered with the model's own
+chat template and a generation prompt, or raw strings, sent as they are (no template).
+
+Backends know nothing of the memory graph or of the agent. They hold native resources (a llama.cpp
+context, torch tensors), so they are closed explicitly: ``b.close()`` or ``with load_backend(...)
+as b:``. Open backends are also closed by an :mod:`atexit` hook, before the interpreter tears its
+modules down (llama-cpp-python prints a ``TypeError`` when a model is left to the garbage collector
+at exit).
+"""
+
+from __future__ import annotations
+
+import abc
+import atexit
+import threading
+import weakref
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Union
+
+__all__ = [
+    "BACKENDS",
+    "Backend",
+    "BackendUnavailableError",
+    "Generation",
+    "Prompt",
+    "close_all",
+    "load_backend",
+]
+
+Prompt = Union[list[dict[str, str]], str]
+"""A prompt: chat messages (rendered with the model's chat template) or a raw string."""
+
+
+class BackendUnavailableError(RuntimeError):
+    """A backend cannot run here (missing package or hardware); the message says what to do."""
+
+
+@dataclass(frozen=True)
+class Generation:
+    """One completion.
+
+    Attributes
+    ----------
+    text : str
+        The generated text (special tokens and the stop string removed).
+    n_prompt_tokens : int
+        Tokens in the prompt as the model saw it (chat template included).
+    n_new_tokens : int
+        Tokens generated (the end-of-sequence token included when one was produced).
+    seconds : float
+        Wall time spent producing it. In a batched call every member of the batch reports the time
+        of its whole batch.
+    """
+
+    text: str
+    n_prompt_tokens: int
+    n_new_tokens: int
+    seconds: float
+
+    @property
+    def tokens_per_second(self) -> float:
+        """Generated tokens per second of wall time (0 when no time elapsed)."""
+        return self.n_new_tokens / self.seconds if self.seconds > 0 else 0.0
+
+
+_OPEN: weakref.WeakSet[Backend] = weakref.WeakSet()
+_OPEN_LOCK = threading.Lock()
+
+
+def close_all() -> None:
+    """Close every backend still open (registered with :mod:`atexit`)."""
+    with _OPEN_LOCK:
+        backends = list(_OPEN)
+    for b in backends:
+        try:
+            b.close()
+        except Exception:  # noqa: BLE001 - best effort at interpreter exit
+            pass
+
+
+atexit.register(close_all)
+
+
+class Backend(abc.ABC):
+    """A language model behind one small interface.
+
+    Subclasses implement :meth:`_generate`, :meth:`count_tokens`, :meth:`render` and
+    :meth:`_release`; argument checks, closing and the context-manager protocol live here.
+
+    Attributes
+    ----------
+    name : str
+        The backend's registry name (``"llamacpp"``, ``"transformers"``, ``"vllm"``).
+    model_path : str
+        What was loaded (a file or a folder).
+    supports_grammar : bool
+        Whether :meth:`generate` accepts a GBNF ``grammar``.
+    """
+
+    name: str = "base"
+    supports_grammar: bool = False
+
+    def __init__(self) -> None:
+        self.model_path: str = ""
+        self._closed = False
+        with _OPEN_LOCK:
+            _OPEN.add(self)
+
+    # -- public API --------------------------------------------------------------------------
+    def generate(
+        self,
+        prompts: Sequence[Any],
+        *,
+        max_new_tokens: int = 64,
+        temperature: float = 0.0,
+        grammar: str | None = None,
+        stop: Sequence[str] | None = None,
+        seed: int | None = None,
+    ) -> list[Generation]:
+        """Complete each prompt.
+
+        Parameters
+        ----------
+        prompts : list of chat-message lists, or list of str
+            A message list is rendered with the model's chat template (generation prompt added);
+            a string is sent as is. A single prompt must still be wrapped in a list.
+        max_new_tokens : int
+            Upper bound on generated tokens per prompt (>= 1).
+        temperature : float
+            0 means greedy decoding; > 0 samples (no top-k / top-p truncation).
+        grammar : str, optional
+            A GBNF grammar constraining the output (backends with ``supports_grammar`` only).
+        stop : list of str, optional
+            Strings that end a completion; they are not included in the text.
+        seed : int, optional
+            Sampling seed (ignored when greedy).
+
+        Returns
+        -------
+        list of Generation
+            One per prompt, in order.
+        """
+        self._check_open()
+        if isinstance(prompts, (str, bytes)) or (
+            isinstance(prompts, list) and prompts and isinstance(prompts[0], dict)
+        ):
+            raise TypeError("prompts must be a list of prompts: wrap a single prompt as [prompt] "
+                            "(a prompt is a list of chat messages or a raw string)")
+        prompts = list(prompts)
+        for i, p in enumerate(prompts):
+            if isinstance(p, str):
+                continue
+            if not isinstance(p, (list, tuple)) or not all(
+                isinstance(m, dict) and "role" in m and "content" in m for m in p
+            ):
+                raise TypeError(f"prompt {i} is neither a string nor a list of {{'role', 'content'}} "
+                                f"messages: {p!r:.200}")
+        if int(max_new_tokens) < 1:
+            raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
+        if temperature < 0:
+            raise ValueError(f"temperature must be >= 0, got {temperature}")
+        if grammar is not None and not self.supports_grammar:
+            raise ValueError(f"the {self.name!r} backend has no grammar-constrained decoding; use the "
+                             "'llamacpp' backend (or 'vllm' on a GPU), or pass grammar=None")
+        if grammar is not None and not grammar.strip():
+            raise ValueError("grammar is an empty string; pass a GBNF grammar or None")
+        stop = [s for s in (stop or []) if s]
+        if not prompts:
+            return []
+        return self._generate(prompts, max_new_tokens=int(max_new_tokens),
+                              temperature=float(temperature), grammar=grammar, stop=stop, seed=seed)
+
+    @abc.abstractmethod
+    def count_tokens(self, text: str) -> int:
+        """Number of tokens the model's tokenizer gives ``text`` (no special tokens added)."""
+
+    @abc.abstractmethod
+    def render(self, messages: Sequence[dict]) -> str:
+        """The prompt text the model sees for chat ``messages`` (template + generation prompt)."""
+
+    def close(self) -> None:
+        """Release the model (idempotent). The backend is unusable afterwards."""
+        if self._closed:
+            return
+        self._closed = True
+        with _OPEN_LOCK:
+            _OPEN.discard(self)
+        self._release()
+
+    @property
+    def closed(self) -> bool:
+        """True once :meth:`close` ran."""
+        return self._closed
+
+    def __enter__(self) -> Backend:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        state = "closed" if self._closed else "open"
+        return f"{type(self).__name__}(model={self.model_path!r}, {state})"
+
+    # -- for subclasses ----------------------------------------------------------------------
+    @abc.abstractmethod
+    def _generate(self, prompts: list, *, max_new_tokens: int, temperature: float,
+                  grammar: str | None, stop: list[str], seed: int | None) -> list[Generation]:
+        ...
+
+    @abc.abstractmethod
+    def _release(self) -> None:
+        ...
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise RuntimeError(f"{self!r} is closed; load a new backend with load_backend()")
+
+
+def _truncate_at_stop(text: str, stop: Sequence[str]) -> tuple[str, bool]:
+    """Cut ``text`` at the earliest stop string; return the text and whether one was found."""
+    cut = min((i for i in (text.find(s) for s in stop) if i >= 0), default=-1)
+    return (text[:cut], True) if cut >= 0 else (text, False)
+
+
+BACKENDS = ("llamacpp", "transformers", "vllm")
+
+
+def load_backend(name: str = "llamacpp", model: Any = None, **kw: Any) -> Backend:
+    """Load an inference backend.
+
+    Parameters
+    ----------
+    name : {"llamacpp", "transformers", "vllm"}
+        ``"llamacpp"`` (GGUF via llama-cpp-python; CPU, grammar-constrained decoding),
+        ``"transformers"`` (batched generation with torch), ``"vllm"`` (optional, CUDA only).
+        ``"llama.cpp"`` / ``"llama_cpp"`` / ``"hf"`` are accepted aliases.
+    model : str or Path, optional
+        ``None`` = the embedded SmolLM2-135M-Instruct; else anything
+        :func:`mags_lib.models.resolve_model` accepts (a .gguf file, a transformers folder, ...).
+    **kw
+        Backend options, e.g. ``n_threads``, ``n_ctx`` (llamacpp), ``batch_size``, ``device``
+        (transformers), ``gpu_memory_utilization`` (vllm).
+
+    Raises
+    ------
+    ValueError
+        Unknown backend name.
+    mags_lib.models.ModelNotFoundError
+        The model is not on disk.
+    BackendUnavailableError
+        The backend cannot run here (e.g. vLLM without CUDA).
+    """
+    key = str(name).lower().replace("-", "").replace("_", "").replace(".", "")
+    key = {"llamacpp": "llamacpp", "llama": "llamacpp", "gguf": "llamacpp", "transformers": "transformers",
+           "hf": "transformers", "torch": "transformers", "vllm": "vllm"}.get(key, key)
+    if key == "llamacpp":
+        from .llamacpp_backend import LlamaCppBackend
+
+        return LlamaCppBackend(model, **kw)
+    if key == "transformers":
+        from .transformers_backend import TransformersBackend
+
+        return TransformersBackend(model, **kw)
+    if key == "vllm":
+        from .vllm_backend import VLLMBackend
+
+        return VLLMBackend(model, **kw)
+    raise ValueError(f"unknown backend {name!r}; choose one of {', '.join(BACKENDS)}")

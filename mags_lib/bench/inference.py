@@ -1,0 +1,352 @@
+"""Benchmark of inference and of the MAGS loop on the embedded base models (CPU).
+
+Usage::
+
+    python -m mags_lib.bench.inference                  # ~3 minutes on 2 cores
+    python -m mags_lib.bench.inference --quick          # small sizes, for tests (~1 minute)
+    python -m mags_lib.bench.inference --threads 2 --max-new-tokens 128
+
+Writes ``results/bench/inference.json`` (``--out`` changes the file). Three parts, all on the
+embedded SmolLM2-135M-Instruct, in one run:
+
+* **tokens/s**: the same fixed chat prompts, greedy, single stream (batch of one), with the
+  transformers backend (de-quantized float32 torch) and the llama.cpp backend (Q4_1 GGUF), the same
+  thread count for both (``--threads``; default that of the llama.cpp backend: the usable cores minus
+  one, see :func:`mags_lib.backends.llamacpp_backend.default_threads`); generated tokens divided by
+  wall time (prompt processing included), after
+  one warm-up call each; and the ratio llama.cpp / transformers (target >= 5);
+* **MAGS turn latency** with the llama.cpp backend and MiniLM: a fixed story is observed and fixed
+  questions asked; p50/p95 of ``observe`` and ``ask`` turns (target: ask p50 <= 2 s on 2 cores), the
+  ask-turn breakdown (ask model, recall, answer model) and memory tokens per query;
+* **adherence** of the base model: the share of outputs parsing under the strict protocol, for the
+  ask and write roles on a small fixed set of inputs, with the agent's grammar-constrained decoding
+  (target 100%), with the protocol's own grammar, and without any grammar (the number that training
+  must raise).
+
+Figures taken on a busy machine are not comparable: the JSON records the load average before and
+after the run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+__all__ = [
+    "ADHERENCE_INPUTS",
+    "QUESTIONS",
+    "STORY",
+    "TARGETS",
+    "TOKENS_PROMPTS",
+    "bench_adherence",
+    "bench_mags_latency",
+    "bench_tokens_per_second",
+    "main",
+    "run",
+]
+
+TARGETS = {"llamacpp_over_transformers": 5.0, "ask_p50_s": 2.0, "adherence_with_grammar": 1.0}
+
+# Open-ended prompts, so both backends generate up to max_new_tokens.
+TOKENS_PROMPTS = [
+    "Write a short story about a lighthouse keeper who finds a message in a bottle.",
+    "Explain how a bicycle stays upright while it is moving.",
+    "Describe a busy market in a coastal town early in the morning.",
+    "Give some advice to someone who is learning to cook for the first time.",
+    "Tell me about the history of paper and how it changed the world.",
+    "Describe the life cycle of a frog, step by step.",
+    "Write a letter to a friend describing a trip to the mountains.",
+    "Explain why the sky changes colour at sunset.",
+]
+
+STORY = [
+    "Blorps are small creatures that live in copper caves.",
+    "Blorps eat only frozen lemons.",
+    "Quindles are the natural enemies of blorps.",
+    "Quindles live under the Teal Bridge.",
+    "Snarfs are tall birds that hum at dawn.",
+    "Snarfs build nests out of glass straws.",
+    "The chief of the quindles is named Larrowick.",
+    "Snarfs are afraid of purple umbrellas.",
+    "Blorps sleep for exactly nine days after a feast.",
+    "My neighbour Ilsa repairs clocks in a shop on Mill Street.",
+    "Ilsa's brother Teodor plays the cello in the city orchestra.",
+    "The Mill Street shop closes every Tuesday.",
+    "Every winter, blorps turn bright orange.",
+    "Teodor moved to Brightwater last spring.",
+    "Quindles collect shiny buttons.",
+    "Snarfs migrate south when the river freezes.",
+]
+
+QUESTIONS = [
+    "What do blorps eat?",
+    "Where do quindles live?",
+    "What do snarfs build their nests from?",
+    "Who is the chief of the quindles?",
+    "What are snarfs afraid of?",
+    "How long do blorps sleep after a feast?",
+    "What does Ilsa repair?",
+    "Which instrument does Teodor play?",
+    "When does the Mill Street shop close?",
+    "What colour do blorps turn in winter?",
+    "Where did Teodor move?",
+    "What do quindles collect?",
+]
+
+ADHERENCE_INPUTS = {
+    "write": [
+        "Blorps eat only frozen lemons.",
+        "Quindles live under the Teal Bridge.",
+        "My brother Tomas moved to Lisbon in 2019 and works as a nurse.",
+        "The library on Elm Road opens at nine.",
+        "Marta's cat is called Pepper and it hates thunder.",
+        "The Grolt festival moved from May to October.",
+        "Ilsa repairs clocks in a shop on Mill Street.",
+        "Snarfs build nests out of glass straws.",
+        "What time is it?",
+        "Good morning!",
+        "Our team lost the final 2-1, which was disappointing.",
+        "Dr. Okafor, my dentist, retired last year.",
+    ],
+    "ask": [
+        "What do blorps eat?",
+        "Where does Tomas work?",
+        "When does the library on Elm Road open?",
+        "Who is Marta's cat afraid of?",
+        "Which month is the Grolt festival in now?",
+        "What does Ilsa repair, and where is her shop?",
+        "How did the final end?",
+        "Who was my dentist?",
+        "Blorps eat lemons.",
+        "Hello there!",
+        "Where do the enemies of blorps live?",
+        "What is the name of Marta's cat?",
+    ],
+}
+
+
+def _pct(xs: Sequence[float], q: float) -> float | None:
+    return float(np.percentile(np.asarray(xs, dtype=float), q)) if len(xs) else None
+
+
+def _load() -> list[float] | None:
+    try:
+        return [round(x, 2) for x in os.getloadavg()]
+    except OSError:  # pragma: no cover
+        return None
+
+
+def bench_tokens_per_second(backend_names: Sequence[str], *, prompts: Sequence[str], max_new_tokens: int,
+                            threads: int) -> dict:
+    """Single-stream greedy tokens/s per backend on the same chat prompts (one warm-up call each)."""
+    from tqdm.auto import tqdm
+
+    from ..backends import load_backend
+
+    out: dict = {"n_prompts": len(prompts), "max_new_tokens": max_new_tokens, "threads": threads}
+    msgs = [[{"role": "user", "content": p}] for p in prompts]
+    for name in backend_names:
+        kw = {"n_threads": threads}
+        if name == "transformers":
+            kw["batch_size"] = 1
+        t0 = time.perf_counter()
+        with load_backend(name, **kw) as b:
+            load_s = time.perf_counter() - t0
+            b.generate(msgs[:1], max_new_tokens=8)  # warm-up
+            gens = [b.generate([m], max_new_tokens=max_new_tokens)[0]
+                    for m in tqdm(msgs, desc=f"tokens/s {name}", leave=False)]
+            model = b.model_path
+        new = sum(g.n_new_tokens for g in gens)
+        secs = sum(g.seconds for g in gens)
+        out[name] = {
+            "model": model,
+            "load_s": round(load_s, 3),
+            "new_tokens": new,
+            "prompt_tokens": sum(g.n_prompt_tokens for g in gens),
+            "seconds": round(secs, 3),
+            "tokens_per_s": round(new / secs, 2) if secs else None,
+            "per_prompt_tokens_per_s": [round(g.tokens_per_second, 2) for g in gens],
+        }
+    if "llamacpp" in out and "transformers" in out and out["transformers"]["tokens_per_s"]:
+        out["ratio_llamacpp_over_transformers"] = round(
+            out["llamacpp"]["tokens_per_s"] / out["transformers"]["tokens_per_s"], 2)
+    return out
+
+
+def bench_mags_latency(mags, *, story: Sequence[str], questions: Sequence[str]) -> dict:
+    """Observe ``story`` then ask ``questions``; p50/p95 per turn kind (one warm-up turn each first)."""
+    from tqdm.auto import tqdm
+
+    sid = mags.snapshot()
+    mags.observe("Warm-up: the kettle is blue.", source="warmup")
+    mags.ask("What colour is the kettle?")
+    mags.rollback(sid)
+    obs, asks, steps, mem = [], [], {"ask": [], "recall": [], "answer": []}, []
+    triplets = 0
+    for i, text in enumerate(tqdm(story, desc="observe turns", leave=False)):
+        o = mags.observe(text, source=f"B{i + 1}")
+        obs.append(o.seconds)
+        triplets += len(o.triplets)
+    answers = []
+    for q in tqdm(questions, desc="ask turns", leave=False):
+        a = mags.ask(q)
+        asks.append(a.seconds)
+        mem.append(a.memory_tokens)
+        for k in steps:
+            steps[k].append(a.timings[k])
+        answers.append({"question": q, "answer": a.answer, "facts": a.facts[:3], "sources": a.sources[:5]})
+    return {
+        "n_observe": len(obs), "n_ask": len(asks),
+        "observe_p50_s": _pct(obs, 50), "observe_p95_s": _pct(obs, 95),
+        "ask_p50_s": _pct(asks, 50), "ask_p95_s": _pct(asks, 95),
+        "ask_step_p50_s": {k: _pct(v, 50) for k, v in steps.items()},
+        "memory_tokens_mean": float(np.mean(mem)) if mem else None,
+        "memory_tokens_max": int(max(mem)) if mem else None,
+        "triplets_per_observation": triplets / max(1, len(obs)),
+        "graph": mags.graph.stats(),
+        "answers": answers,
+    }
+
+
+def bench_adherence(mags, inputs: dict[str, Sequence[str]], *, max_new_tokens: int = 128) -> dict:
+    """Strict-protocol adherence per role: agent grammar, protocol grammar, no grammar."""
+    from tqdm.auto import tqdm
+
+    from .. import protocol as P
+
+    out: dict = {"max_new_tokens": max_new_tokens, "few_shot": {"ask": mags.config.few_shot_ask,
+                                                                 "write": mags.config.few_shot_write}}
+    for role, texts in inputs.items():
+        shots = mags.config.few_shot_write if role == "write" else mags.config.few_shot_ask
+        b = mags.backend(role)
+        prompts = [P.build_messages(role, t, few_shot=shots) for t in texts]
+        res = {}
+        for mode, gbnf in tqdm([("agent_grammar", mags.grammar_for(role)),
+                                ("protocol_grammar", P.GRAMMARS[role]), ("no_grammar", None)],
+                               desc=f"adherence {role}", leave=False):
+            gens = b.generate(prompts, max_new_tokens=max_new_tokens, grammar=gbnf, seed=mags.config.seed)
+            ok = [P.parse(g.text, role=role, mode="strict").ok for g in gens]
+            res[mode] = {
+                "adherence": sum(ok) / len(ok),
+                "n": len(ok),
+                "truncated": sum(g.n_new_tokens >= max_new_tokens for g in gens),
+                "mean_new_tokens": float(np.mean([g.n_new_tokens for g in gens])),
+                "examples": [{"input": t, "output": g.text, "ok": k}
+                             for t, g, k in list(zip(texts, gens, ok))[:4]],
+            }
+        out[role] = res
+    for mode in ("agent_grammar", "protocol_grammar", "no_grammar"):
+        ok = sum(out[r][mode]["adherence"] * out[r][mode]["n"] for r in inputs)
+        n = sum(out[r][mode]["n"] for r in inputs)
+        out[f"overall_{mode}"] = ok / n if n else None
+    return out
+
+
+def run(*, out: Path, threads: int | None = None, max_new_tokens: int = 64, n_prompts: int = 4,
+        n_story: int = len(STORY), n_questions: int = len(QUESTIONS), n_adherence: int = 12,
+        adherence_max_new_tokens: int = 128, backends: Sequence[str] = ("transformers", "llamacpp"),
+        embedder: str = "minilm", seed: int = 0) -> dict:
+    """Run the three parts and write the JSON; returns the result."""
+    from .. import repro
+    from ..agent import MAGS
+    from ..models import smollm2_gguf_path
+
+    smollm2_gguf_path()  # fail now, not after minutes, when the model is missing
+    if threads is None:
+        from ..backends.llamacpp_backend import default_threads
+
+        threads = default_threads()
+    if not (1 <= n_prompts <= len(TOKENS_PROMPTS)):
+        raise ValueError(f"n_prompts must be in [1, {len(TOKENS_PROMPTS)}], got {n_prompts}")
+    repro.seed_everything(seed)
+    t_start = time.perf_counter()
+    load_before = _load()
+    result: dict = {"targets": TARGETS}
+    result["tokens_per_second"] = bench_tokens_per_second(
+        backends, prompts=TOKENS_PROMPTS[:n_prompts], max_new_tokens=max_new_tokens, threads=threads)
+    with MAGS.default(backend="llamacpp", embedder=embedder, n_threads=threads, seed=seed) as m:
+        result["mags_latency"] = bench_mags_latency(m, story=STORY[:n_story],
+                                                    questions=QUESTIONS[:n_questions])
+        result["mags_latency"]["config"] = m.config.to_dict()
+        result["adherence"] = bench_adherence(
+            m, {r: v[:n_adherence] for r, v in ADHERENCE_INPUTS.items()},
+            max_new_tokens=adherence_max_new_tokens)
+    tps = result["tokens_per_second"]
+    lat = result["mags_latency"]
+    result["summary"] = {
+        "llamacpp_tokens_per_s": tps.get("llamacpp", {}).get("tokens_per_s"),
+        "transformers_tokens_per_s": tps.get("transformers", {}).get("tokens_per_s"),
+        "ratio_llamacpp_over_transformers": tps.get("ratio_llamacpp_over_transformers"),
+        "observe_p50_s": lat["observe_p50_s"], "observe_p95_s": lat["observe_p95_s"],
+        "ask_p50_s": lat["ask_p50_s"], "ask_p95_s": lat["ask_p95_s"],
+        "adherence_agent_grammar": result["adherence"]["overall_agent_grammar"],
+        "adherence_protocol_grammar": result["adherence"]["overall_protocol_grammar"],
+        "adherence_no_grammar": result["adherence"]["overall_no_grammar"],
+    }
+    s = result["summary"]
+    result["targets_met"] = {
+        "llamacpp_over_transformers": None if s["ratio_llamacpp_over_transformers"] is None
+        else s["ratio_llamacpp_over_transformers"] >= TARGETS["llamacpp_over_transformers"],
+        "ask_p50_s": s["ask_p50_s"] <= TARGETS["ask_p50_s"],
+        "adherence_with_grammar": s["adherence_agent_grammar"] >= TARGETS["adherence_with_grammar"],
+    }
+    result["meta"] = {
+        "params": {"threads": threads, "max_new_tokens": max_new_tokens, "n_prompts": n_prompts,
+                   "n_story": n_story, "n_questions": n_questions, "n_adherence": n_adherence,
+                   "adherence_max_new_tokens": adherence_max_new_tokens,
+                   "backends": list(backends), "embedder": embedder},
+        "seed": seed, "git_sha": repro.git_sha(), "packages": repro.package_versions(),
+        "python": sys.version.split()[0], "platform": platform.platform(), "cpu_count": os.cpu_count(),
+        "load_average_before": load_before, "load_average_after": _load(),
+        "wall_time_s": round(time.perf_counter() - t_start, 2), "peak_rss_mb": round(repro.peak_rss_mb(), 1),
+        "written_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+    }
+    repro.atomic_write_text(out, json.dumps(result, indent=1, default=str) + "\n")
+    return result
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Command line entry point (``python -m mags_lib.bench.inference --help``)."""
+    from ..models import project_root
+
+    p = argparse.ArgumentParser(prog="python -m mags_lib.bench.inference",
+                                description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--out", type=Path, default=None, help="default: results/bench/inference.json")
+    p.add_argument("--threads", type=int, default=None,
+                   help="CPU threads for every model, both backends alike (default: $MAGS_THREADS "
+                   "or the usable cores minus one, as the llama.cpp backend)")
+    p.add_argument("--max-new-tokens", type=int, default=64, help="tokens generated per tokens/s prompt")
+    p.add_argument("--prompts", type=int, default=4, help=f"tokens/s prompts (1-{len(TOKENS_PROMPTS)})")
+    p.add_argument("--skip-transformers", action="store_true", help="tokens/s of llama.cpp only")
+    p.add_argument("--embedder", default="minilm", help="minilm | hash")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--quick", action="store_true", help="small sizes (tests): 2 prompts of 16 tokens, "
+                   "6 observations, 4 questions, 4 inputs per role")
+    a = p.parse_args(argv)
+    out = a.out or project_root() / "results" / "bench" / "inference.json"
+    if a.quick:
+        sizes = {"max_new_tokens": 16, "n_prompts": 2, "n_story": 6, "n_questions": 4, "n_adherence": 4}
+    else:
+        sizes = {"max_new_tokens": a.max_new_tokens, "n_prompts": a.prompts}
+    if sizes["max_new_tokens"] < 1:
+        p.error("--max-new-tokens must be >= 1")
+    if a.threads is not None and a.threads < 1:
+        p.error("--threads must be >= 1")
+    backends = ("llamacpp",) if a.skip_transformers else ("transformers", "llamacpp")
+    res = run(out=out, threads=a.threads, backends=backends, embedder=a.embedder, seed=a.seed, **sizes)
+    print(json.dumps(res["summary"], indent=1))
+    print(f"wrote {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,274 @@
+"""The MAGS agent end to end on the embedded base models (llama.cpp SmolLM2 + MiniLM).
+
+One agent is built per module and observes a short story (about 25 s on 2 busy cores, so the tests
+that use it are marked slow); the models load once. Tests that only need the configuration use the
+hash embedder and never load a language model.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import time
+
+import pytest
+
+from mags_lib import MAGS
+from mags_lib import protocol as P
+from mags_lib.agent import Answer, MAGSConfig, Observation, find_trained_model, rule_route
+from mags_lib.models import ModelNotFoundError
+
+STORY = [
+    ("S1", "Blorps are small creatures that live in copper caves."),
+    ("S2", "Blorps eat only frozen lemons."),
+    ("S3", "Quindles live under the Teal Bridge."),
+    ("S4", "Snarfs build nests out of glass straws."),
+    ("S5", "The chief of the quindles is named Larrowick."),
+    ("S6", "Snarfs are afraid of purple umbrellas."),
+]
+# question -> (source of the gold fact, a word the gold fact contains)
+GOLD = [
+    ("What do blorps eat?", "S2", "lemons"),
+    ("Where do quindles live?", "S3", "teal"),
+    ("What do snarfs build their nests from?", "S4", "straws"),
+    ("Who is the chief of the quindles?", "S5", "larrowick"),
+    ("What are snarfs afraid of?", "S6", "umbrellas"),
+    ("Where do blorps live?", "S1", "copper"),
+]
+
+
+@pytest.fixture(scope="module")
+def story():
+    m = MAGS.default(maintain_every=0)
+    obs = [m.observe(text, source=sid, time="2023-05-08") for sid, text in STORY]
+    yield m, obs
+    m.close()
+
+
+# -- the loop on the base models ---------------------------------------------------------------------
+@pytest.mark.slow
+def test_observe_builds_episode_and_facts(story):
+    m, obs = story
+    assert all(isinstance(o, Observation) for o in obs)
+    assert m.n_observations == len(STORY)
+    st = m.stats()
+    assert st["n_episodes"] == len(STORY)
+    for (sid, text), o in zip(STORY, obs):
+        ep = m.graph.node(o.episode)
+        assert ep["source"] == sid and ep["text"] == text and ep["time"] == "2023-05-08"
+        # grammar-constrained write step: at least one well-formed triplet per observation
+        assert o.extraction.adherent and len(o.triplets) >= 1
+
+
+@pytest.mark.slow
+def test_sources_travel_to_every_fact(story):
+    m, _ = story
+    facts = m.graph.facts()
+    assert facts, "the write model stored no fact"
+    given = {sid for sid, _ in STORY}
+    for f in facts:
+        assert f["sources"] and set(f["sources"]) <= given, f
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("question,source,word", GOLD)
+def test_recall_returns_gold_fact_in_top5(story, question, source, word):
+    m, _ = story
+    hits = m.recall(question, k=5)
+    assert len(hits) <= 5
+    ok = [h for h in hits if source in h.sources and word in h.text.lower()]
+    assert ok, [(h.text, h.sources, h.kind) for h in hits]
+
+
+@pytest.mark.slow
+def test_ask_returns_answer_facts_trace(story):
+    m, _ = story
+    before = len(m.memory_tokens)
+    a = m.ask("What do blorps eat?")
+    assert isinstance(a, Answer) and isinstance(a.answer, str) and a.answer
+    assert a.facts and any("lemons" in f.lower() for f in a.facts)
+    assert "S2" in a.sources
+    assert a.trace.anchors and a.queries[0] == "What do blorps eat?"
+    assert 0 < a.memory_tokens <= m.config.memory_token_budget
+    assert m.memory_tokens[before:] == [a.memory_tokens]
+    assert set(a.timings) == {"ask", "recall", "answer"} and a.seconds > 0
+    assert "\n" not in a.answer  # the answer stops at the end of its line
+
+
+@pytest.mark.slow
+def test_token_budget_limits_facts(story):
+    m, _ = story
+    items = m.graph.recall("blorps", k=10).items
+    big, big_tokens, _ = m.pack_facts(items, budget=10_000)
+    small, small_tokens, used = m.pack_facts(items, budget=40)
+    assert len(small) < len(big) and small == big[: len(small)]
+    assert small_tokens <= 40 < big_tokens and len(used) == len(small)
+    assert m.pack_facts(items, budget=1)[:2] == ([], 0)
+
+
+@pytest.mark.slow
+def test_extract_returns_ops(story):
+    m, _ = story
+    ops = m.extract("Trolls guard the Iron Gate.", role="write")
+    assert ops and all(isinstance(op, P.Op) and op.role == "write" and op.triplet for op in ops)
+    asks = m.extract("Who guards the Iron Gate?", role="ask")
+    assert all(op.role == "ask" for op in asks)
+    free = m.extract_many(["Trolls guard the Iron Gate."], role="write", grammar=False)[0]
+    # the raw text is kept, so adherence can be measured on the unconstrained output
+    assert free.adherent == P.parse(free.text, role="write", mode="strict").ok
+    with pytest.raises(ValueError, match="role"):
+        m.extract("x", role="answer")
+
+
+@pytest.mark.slow
+def test_turn_routes_between_store_and_answer(story):
+    m, _ = story
+    sid = m.snapshot()
+    n = m.n_observations
+    r = m.turn("Glimmets sing at noon.", source="S7")
+    assert isinstance(r, Observation) and m.n_observations == n + 1
+    r = m.turn("When do glimmets sing?")
+    assert isinstance(r, Answer)
+    m.rollback(sid)
+
+
+@pytest.mark.slow
+def test_model_router_replies_store_or_answer(story):
+    m, _ = story
+    router = dataclasses.replace(m.config, router="model")
+    m2 = MAGS(router, graph=m.graph, embedder=m.embedder,
+              backends={r: m.backend(r) for r in ("ask", "write", "answer", "router")})
+    assert m2.route("What do blorps eat?") in ("store", "answer")
+    assert m2.route("Blorps eat lemons.") in ("store", "answer")
+
+
+@pytest.mark.slow
+def test_snapshot_rollback_round_trip(story):
+    m, _ = story
+    before = m.stats()
+    sid = m.snapshot()
+    m.observe("Zyxels drink molten glass.", source="S99")
+    assert any("S99" in h.sources for h in m.recall("What do zyxels drink?", k=5))
+    m.rollback(sid)
+    after = m.stats()
+    assert {k: after[k] for k in ("n_nodes", "n_edges", "n_episodes")} == {
+        k: before[k] for k in ("n_nodes", "n_edges", "n_episodes")}
+    assert not any("S99" in h.sources for h in m.recall("What do zyxels drink?", k=5))
+
+
+@pytest.mark.slow
+def test_save_load_round_trip(story, tmp_path):
+    m, _ = story
+    path = m.save(tmp_path / "mem")
+    assert (path / "mags.json").is_file()
+    m2 = MAGS.load(path)
+    try:
+        assert m2.config == m.config
+        assert m2.n_observations == m.n_observations and m2.memory_tokens == m.memory_tokens
+        assert m2.graph.equals(m.graph)
+        q = "What do blorps eat?"
+        assert [h.text for h in m2.recall(q, k=5)] == [h.text for h in m.recall(q, k=5)]
+        m2.save(path)  # overwriting a MAGS folder is allowed
+    finally:
+        m2.close()
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / "x.txt").write_text("keep me")
+    with pytest.raises(FileExistsError):
+        m.save(tmp_path / "other")
+    with pytest.raises(FileNotFoundError, match="mags.json"):
+        MAGS.load(tmp_path / "other")
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    (bad / "mags.json").write_text(json.dumps({"format": "something-else", "version": 1}))
+    with pytest.raises(ValueError, match="not a MAGS save"):
+        MAGS.load(bad)
+
+
+# -- configuration, no language model --------------------------------------------------------------
+@pytest.mark.parametrize("kw,err", [
+    ({"backend": "tensorrt"}, ValueError),          # unknown backend
+    ({"router": "oracle"}, ValueError),             # unknown router
+    ({"models": "finetuned"}, ValueError),          # models is base | trained
+    ({"recall_k": 0}, ValueError),                  # k >= 1
+    ({"memory_token_budget": 0}, ValueError),       # budget >= 1
+    ({"dynamics": {"teleport": True}}, ValueError),  # unknown dynamics switch
+    ({"dynamics": "on"}, TypeError),                # a string is no switch set
+    ({"answer_stop": "\n"}, TypeError),             # a sequence of strings, not a string
+])
+def test_config_rejects_bad_values(kw, err):
+    with pytest.raises(err):
+        MAGSConfig(**kw)
+
+
+def test_dynamics_switches_map_to_graph_config():
+    off = MAGSConfig(dynamics=False).graph_config().dynamics
+    assert not any([off.hebbian, off.decay, off.game_of_life, off.prune])
+    one = MAGSConfig(dynamics={"game_of_life": False}).graph_config().dynamics
+    assert not one.game_of_life and one.decay
+    only = MAGSConfig(dynamics=["decay"]).graph_config().dynamics
+    assert only.decay and not only.hebbian
+    cfg = MAGSConfig(dynamics={"prune": False}, answer_stop=["\n"])
+    assert MAGSConfig.from_dict(json.loads(json.dumps(cfg.to_dict()))) == cfg
+
+
+@pytest.mark.parametrize("text,route", [
+    ("Blorps eat frozen lemons.", "store"),        # statement
+    ("What do blorps eat?", "answer"),             # wh-question
+    ("do blorps eat lemons", "answer"),            # auxiliary first, no question mark
+    ("Tell me where quindles live", "answer"),     # request
+    ("Where I live, it rains a lot.", "store"),    # wh-word opening a statement
+    ("I wonder what blorps eat?", "answer"),       # question mark wins
+])
+def test_rule_router(text, route):
+    assert rule_route(text) == route
+
+
+def test_trained_models_missing_is_a_clear_error(tmp_path):
+    with pytest.raises(ModelNotFoundError, match="20_train_ask_write"):
+        MAGS.default(models="trained", models_root=str(tmp_path), embedder="hash")
+
+
+def test_find_trained_model_picks_newest(tmp_path):
+    old = tmp_path / "trained" / "write" / "run1" / "write.gguf"
+    new = tmp_path / "trained" / "write" / "run2" / "write.gguf"
+    hf = tmp_path / "trained" / "write" / "run3"
+    for p in (old, new):
+        p.parent.mkdir(parents=True)
+        p.write_bytes(b"GGUF")
+    hf.mkdir(parents=True)
+    (hf / "adapter_config.json").write_text("{}")
+    os.utime(old, (time.time() - 100, time.time() - 100))
+    assert find_trained_model("write", models_root=tmp_path) == new
+    assert find_trained_model("write", backend="transformers", models_root=tmp_path) == hf
+    with pytest.raises(ModelNotFoundError, match="no trained ask model"):
+        find_trained_model("ask", models_root=tmp_path)
+
+
+def test_empty_input_is_rejected_before_any_model_call():
+    m = MAGS.default(embedder="hash")
+    try:
+        with pytest.raises(ValueError, match="empty"):
+            m.observe("   ")
+        with pytest.raises(TypeError):
+            m.ask(None)  # type: ignore[arg-type]
+        assert m._owned == []  # no backend was loaded
+    finally:
+        m.close()
+
+
+@pytest.mark.slow
+def test_inference_benchmark_writes_its_json(tmp_path):
+    """The benchmark CLI's ``run`` on tiny sizes: every figure present, grammar adherence 100%."""
+    from mags_lib.bench.inference import run
+
+    out = tmp_path / "inference.json"
+    res = run(out=out, threads=1, max_new_tokens=4, n_prompts=1, n_story=2, n_questions=1, n_adherence=2,
+              backends=("llamacpp",), embedder="hash")
+    saved = json.loads(out.read_text())
+    assert saved["summary"] == json.loads(json.dumps(res["summary"]))
+    s = saved["summary"]
+    assert s["llamacpp_tokens_per_s"] > 0 and s["transformers_tokens_per_s"] is None
+    assert s["observe_p50_s"] > 0 and s["ask_p95_s"] >= s["ask_p50_s"] > 0
+    assert s["adherence_agent_grammar"] == 1.0 and 0.0 <= s["adherence_no_grammar"] <= 1.0
+    assert saved["meta"]["params"]["threads"] == 1 and saved["targets_met"]["adherence_with_grammar"]
