@@ -1,0 +1,152 @@
+"""Datasets for the ask and write models: procedural worlds, the seed importer, storage.
+
+* :mod:`~mags_lib.data.worlds` -- seeded invented worlds (entities, facts);
+* :mod:`~mags_lib.data.templates` -- sentence templates per relation and role;
+* :mod:`~mags_lib.data.render` -- worlds -> examples, split by world;
+* :mod:`~mags_lib.data.seed_import` -- the seed project's ``seed_syn_dual`` datasets;
+* :mod:`~mags_lib.data.store` -- ``data/processed/<name>/`` with a card;
+* :mod:`~mags_lib.data.stats` -- statistics and distinct-n diversity.
+
+:func:`build_all` does all of it for a profile; ``notebooks/10_generate_datasets.ipynb`` calls it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, replace
+from pathlib import Path
+
+from .render import ASK_KINDS, SPLITS, WRITE_KINDS, GenerationConfig, generate_role_splits, render_example
+from .seed_import import DEFAULT_SEED_PATH, SeedImport, import_seed, resolve_seed_path, split_of
+from .stats import (
+    dataset_stats,
+    distinct_ngram_ratio,
+    diversity_table,
+    samples_by_kind,
+    split_stats,
+    stats_table,
+)
+from .store import content_hash, dataset_name, load_card, load_processed, processed_root, save_dataset
+from .worlds import GENERATOR_VERSION, NameRegistry, World, WorldConfig, generate_world, generate_worlds
+
+__all__ = [
+    "ASK_KINDS",
+    "DEFAULT_SEED_PATH",
+    "GENERATOR_VERSION",
+    "SPLITS",
+    "WRITE_KINDS",
+    "GenerationConfig",
+    "NameRegistry",
+    "SeedImport",
+    "World",
+    "WorldConfig",
+    "build_all",
+    "content_hash",
+    "dataset_name",
+    "dataset_stats",
+    "distinct_ngram_ratio",
+    "diversity_table",
+    "generate_role_splits",
+    "generate_world",
+    "generate_worlds",
+    "import_seed",
+    "load_card",
+    "load_processed",
+    "name_words",
+    "processed_root",
+    "profile_config",
+    "render_example",
+    "resolve_seed_path",
+    "samples_by_kind",
+    "save_dataset",
+    "split_of",
+    "split_stats",
+    "stats_table",
+]
+
+_PROFILES = {
+    "smoke": {"n_train": 200, "n_validation": 40, "n_test": 40, "worlds_train": 20, "worlds_validation": 5, "worlds_test": 5},
+    "default": {"n_train": 5000, "n_validation": 500, "n_test": 500, "worlds_train": 300, "worlds_validation": 40,
+                    "worlds_test": 40},
+    "full": {"n_train": 20000, "n_validation": 2000, "n_test": 2000, "worlds_train": 1200, "worlds_validation": 150,
+                 "worlds_test": 150},
+}
+
+
+def profile_config(profile: str = "default", seed: int = 0, **overrides) -> GenerationConfig:
+    """The :class:`GenerationConfig` of a profile (``smoke`` | ``default`` | ``full``), with overrides."""
+    if profile not in _PROFILES:
+        raise ValueError(f"unknown profile {profile!r}: use one of {sorted(_PROFILES)}")
+    return replace(GenerationConfig(**_PROFILES[profile], seed=seed), **overrides)
+
+
+def build_all(profile: str = "default", *, seed: int = 0, seed_path: str | Path | None = DEFAULT_SEED_PATH,
+              config: GenerationConfig | None = None, root: str | Path | None = None,
+              progress: bool = True) -> dict:
+    """Generate the procedural datasets, import the seed's, save all under ``data/processed/``.
+
+    Parameters
+    ----------
+    profile : str
+        Sizes (see :func:`profile_config`); non-default profiles save under their own names.
+    seed : int
+    seed_path : path or None
+        The seed's ``seed_syn_dual`` folder; ``None`` skips the import.
+    config : GenerationConfig, optional
+        Overrides the profile's configuration.
+    root : path, optional
+        Project root for ``data/processed``.
+
+    Returns
+    -------
+    dict
+        ``{"paths": {name: Path}, "rows": {name: {split: rows}}, "worlds": {split: [World]},
+        "seed_import": SeedImport | None, "config": GenerationConfig, "mask": set}``
+    """
+    cfg = config or profile_config(profile, seed=seed)
+    rows, worlds = generate_role_splits(cfg, progress=progress)
+    mask = {w for ws in worlds.values() for world in ws for w in name_words(world)}
+    params = asdict(cfg)
+    out: dict = {"paths": {}, "rows": {}, "worlds": worlds, "seed_import": None, "config": cfg, "mask": mask}
+    for role in ("ask", "write"):
+        name = dataset_name("gen", role, profile)
+        out["rows"][name] = rows[role]
+        out["paths"][name] = save_dataset(
+            rows[role], name, source="generated", seed=cfg.seed, generator_version=GENERATOR_VERSION,
+            params=params, mask=mask, root=root,
+            description=f"Procedurally generated {role} examples (invented worlds, split by world).")
+    if seed_path is not None:
+        imp = import_seed(seed_path)
+        out["seed_import"] = imp
+        notes = [f"{len(imp.failures)} examples left out (do not parse strictly): {imp.failure_reasons()}",
+                 f"{imp.duplicate_inputs} repeated inputs {'dropped' if imp.dedupe else 'kept'}",
+                 "split: sha256 of the id, 10 % test"]
+        for role in ("ask", "write"):
+            name = dataset_name("seed", role, profile)
+            out["rows"][name] = imp.rows[role]
+            out["paths"][name] = save_dataset(
+                imp.rows[role], name, source="seed", seed=0, generator_version=GENERATOR_VERSION,
+                params={"path": str(seed_path), "test_fraction": 0.1, "dedupe": imp.dedupe}, notes=notes,
+                root=root, description=f"The seed project's {role} examples (seed_syn_dual), parsed.")
+    return out
+
+
+def name_words(world: World) -> set[str]:
+    """The invented words of ``world`` (lower case), masked by the template-diversity statistic."""
+    words = set()
+    for e in world.entities:
+        words.add(e.core.lower())
+        words.add(e.name.split()[0].lower())
+    return words
+
+
+def add_prompts(dataset, *, few_shot: int = 0, column: str = "prompt"):
+    """Add TRL's conversational ``prompt`` column: ``protocol.build_messages(role, input, few_shot=...)``.
+
+    Works on a ``datasets.Dataset`` or ``DatasetDict``. The other columns stay: TRL passes them to
+    the reward functions of :mod:`mags_lib.rewards` (``role``, ``response``, ``context``, ``gold_facts``).
+    """
+    from .. import protocol
+
+    if few_shot < 0:
+        raise ValueError(f"few_shot must be >= 0, got {few_shot}")
+    return dataset.map(lambda r: {column: protocol.build_messages(r["role"], r["input"], few_shot=few_shot)})

@@ -1,0 +1,236 @@
+"""Evaluate a model on ask/write test sets: the "before" row (untrained SmolLM2, few-shot prompts).
+
+For every evaluation set (rows of one role) and decoding mode the model gets
+``protocol.build_messages(role, input, few_shot=k)`` and decodes greedily, either freely or
+constrained by ``protocol.GRAMMARS[role]`` (llama.cpp GBNF). Outputs are scored with
+:func:`mags_lib.metrics.evaluate_predictions` (adherence, op P/R/F1, exact-triplet P/R/F1, accuracy on
+inputs whose gold is empty). Everything lands in ``out_dir``:
+
+* ``predictions_<set>_<mode>.jsonl`` -- one line per example (id, kind, input, gold, output,
+  tokens, seconds, per-example scores); reused when the model, prompts and rows are unchanged;
+* ``metrics.json`` and ``table.csv`` -- one row per (set, mode); ``by_kind.csv`` -- op F1 per kind.
+
+Command line (the "before" row of the default profile)::
+
+    python -m mags_lib.evaluate --profile default --run-tag default --n 100
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+from tqdm.auto import tqdm
+
+from . import protocol
+from .metrics import evaluate_predictions
+
+__all__ = ["EvalConfig", "before_sets", "evaluate_sets", "main", "sample_rows"]
+
+MODES = ("free", "grammar")
+
+
+@dataclass
+class EvalConfig:
+    """How the model is run and scored."""
+
+    backend: str = "llamacpp"  # llamacpp | transformers | vllm
+    model: str | None = None  # None: the embedded SmolLM2-135M-Instruct
+    few_shot: int = 4  # few-shot examples from protocol.FEW_SHOT[role]
+    modes: tuple[str, ...] = MODES  # "free" and/or "grammar" (GBNF-constrained)
+    max_new_tokens: int = 128  # per output
+    n_per_set: int = 100  # examples drawn from each evaluation set (0 = all)
+    embedder: str = "minilm"  # embedder of the op-F1 metric ("hash" only for tests)
+    seed: int = 0  # sampling of the examples
+    batch_size: int = 8  # prompts per backend call (progress granularity)
+
+    def __post_init__(self) -> None:
+        unknown = set(self.modes) - set(MODES)
+        if unknown or not self.modes:
+            raise ValueError(f"modes must be a non-empty subset of {MODES}, got {self.modes}")
+        if self.few_shot < 0 or self.max_new_tokens < 1 or self.n_per_set < 0 or self.batch_size < 1:
+            raise ValueError("few_shot >= 0, max_new_tokens >= 1, n_per_set >= 0 and batch_size >= 1 required")
+        self.modes = tuple(self.modes)
+
+
+def sample_rows(rows: Sequence[dict], n: int, seed: int = 0) -> list[dict]:
+    """``n`` rows drawn without replacement (all when ``n`` is 0 or too large), in their original order.
+
+    >>> rows = [{"i": i} for i in range(10)]
+    >>> a = sample_rows(rows, 3, seed=1)
+    >>> a == sample_rows(rows, 3, seed=1), len(a), a == sorted(a, key=lambda r: r["i"])
+    (True, 3, True)
+    """
+    rows = list(rows)
+    if n <= 0 or n >= len(rows):
+        return rows
+    idx = np.sort(np.random.default_rng(seed).choice(len(rows), size=n, replace=False))
+    return [rows[i] for i in idx]
+
+
+def _key(cfg: EvalConfig, mode: str, rows: Sequence[dict], model_path: str) -> str:
+    h = hashlib.sha256()
+    h.update(json.dumps({"model": model_path, "backend": cfg.backend, "few_shot": cfg.few_shot, "mode": mode,
+                         "max_new_tokens": cfg.max_new_tokens, "system": protocol.SYSTEM_PROMPTS,
+                         "few_shot_examples": protocol.FEW_SHOT,
+                         "grammars": protocol.GRAMMARS if mode == "grammar" else None},
+                        sort_keys=True).encode())
+    for r in rows:
+        h.update(f"{r['id']}\x00{r['input']}\x00{r['response']}\n".encode())
+    return h.hexdigest()[:16]
+
+
+def _load_cached(path: Path, key: str) -> list[dict] | None:
+    if not path.exists():
+        return None
+    lines = path.read_text().splitlines()
+    if not lines:
+        return None
+    try:
+        head = json.loads(lines[0])
+        return [json.loads(x) for x in lines[1:]] if head.get("cache_key") == key else None
+    except json.JSONDecodeError:
+        return None
+
+
+def evaluate_sets(sets: dict[str, Sequence[dict]], out_dir: str | Path, config: EvalConfig | None = None,
+                  *, backend=None, progress: bool = True):
+    """Run the model on every set and mode, score, save, and return the table (a pandas DataFrame).
+
+    Parameters
+    ----------
+    sets : dict
+        Set name -> rows (all of one role; see :mod:`mags_lib.data.render` for the columns).
+    out_dir : path
+        Where predictions, ``metrics.json``, ``table.csv`` and ``by_kind.csv`` go.
+    config : EvalConfig, optional
+    backend : Backend, optional
+        An open backend to use (else one is loaded from ``config`` and closed at the end).
+
+    Returns
+    -------
+    pandas.DataFrame
+        Columns: set, role, mode, n, adherence, op_p, op_r, op_f1, exact_p, exact_r, exact_f1,
+        empty_acc, new_tokens_mean, seconds, tokens_per_s.
+    """
+    import pandas as pd
+
+    cfg = config or EvalConfig()
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    for name, rows in sets.items():
+        roles = {r["role"] for r in rows}
+        if len(roles) != 1 or roles - set(protocol.ROLES):
+            raise ValueError(f"set {name!r} must hold rows of one role ('ask' or 'write'), found {sorted(roles)}")
+    picked = {name: sample_rows(rows, cfg.n_per_set, cfg.seed) for name, rows in sets.items()}
+    own = backend is None
+    if own:
+        from .backends import load_backend
+
+        backend = load_backend(cfg.backend, model=cfg.model)
+    if "grammar" in cfg.modes and not backend.supports_grammar:
+        raise ValueError(f"backend {backend.name!r} cannot constrain decoding: drop 'grammar' from modes or "
+                         "use the 'llamacpp' backend")
+    table, by_kind = [], []
+    try:
+        total = sum(len(r) for r in picked.values()) * len(cfg.modes)
+        bar = tqdm(total=total, desc="evaluate", disable=not progress)
+        for name, rows in picked.items():
+            role = rows[0]["role"] if rows else "ask"
+            prompts = [protocol.build_messages(role, r["input"], few_shot=cfg.few_shot) for r in rows]
+            for mode in cfg.modes:
+                key = _key(cfg, mode, rows, str(getattr(backend, "model_path", "")))
+                pred_path = out / f"predictions_{name}_{mode}.jsonl"
+                records = _load_cached(pred_path, key)
+                if records is None:
+                    records = []
+                    grammar = protocol.GRAMMARS[role] if mode == "grammar" else None
+                    for start in range(0, len(rows), cfg.batch_size):
+                        chunk = prompts[start:start + cfg.batch_size]
+                        gens = backend.generate(chunk, max_new_tokens=cfg.max_new_tokens, temperature=0.0,
+                                                grammar=grammar, seed=cfg.seed)
+                        for r, g in zip(rows[start:start + cfg.batch_size], gens):
+                            records.append({"id": r["id"], "kind": r["kind"], "input": r["input"],
+                                            "gold": r["response"], "output": g.text,
+                                            "n_prompt_tokens": g.n_prompt_tokens, "n_new_tokens": g.n_new_tokens,
+                                            "seconds": g.seconds})
+                        bar.update(len(chunk))
+                    lines = [json.dumps({"cache_key": key, "set": name, "mode": mode, "config": asdict(cfg)},
+                                        default=str)]
+                    lines += [json.dumps(x, ensure_ascii=False) for x in records]
+                    pred_path.write_text("\n".join(lines) + "\n")
+                else:
+                    bar.update(len(rows))
+                rep = evaluate_predictions([x["output"] for x in records], [x["gold"] for x in records], role,
+                                           embedder=cfg.embedder)
+                for x, pe in zip(records, rep.per_example):
+                    x.update(pe)
+                secs = float(sum(x["seconds"] for x in records))
+                new_tok = float(sum(x["n_new_tokens"] for x in records))
+                table.append({"set": name, "role": role, "mode": mode, **rep.summary(),
+                              "new_tokens_mean": new_tok / max(1, len(records)), "seconds": secs,
+                              "tokens_per_s": new_tok / secs if secs > 0 else 0.0})
+                df = pd.DataFrame(records)
+                if len(df):
+                    for kind, grp in df.groupby("kind"):
+                        by_kind.append({"set": name, "mode": mode, "kind": kind, "n": len(grp),
+                                        "adherence": grp["adheres"].mean(), "op_f1_mean": grp["op_f1"].mean(),
+                                        "exact_f1_mean": grp["exact_f1"].mean()})
+        bar.close()
+    finally:
+        if own:
+            backend.close()
+    result = pd.DataFrame(table)
+    result.to_csv(out / "table.csv", index=False)
+    pd.DataFrame(by_kind).to_csv(out / "by_kind.csv", index=False)
+    (out / "metrics.json").write_text(json.dumps({"config": asdict(cfg), "rows": table}, indent=1, default=str))
+    return result
+
+
+def before_sets(profile: str = "default", root: str | Path | None = None,
+                sources: Sequence[str] = ("gen", "seed")) -> dict[str, list[dict]]:
+    """Test splits of the processed datasets of ``profile`` (``gen_ask``, ``gen_write``, ``seed_ask``, ...)."""
+    from .data import dataset_name, load_processed
+
+    sets = {}
+    for source in sources:
+        for role in protocol.ROLES:
+            name = dataset_name(source, role, profile)
+            sets[name] = load_processed(name, root=root)["test"].to_list()
+    return sets
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """CLI: evaluate the base model on the processed test splits and print the table."""
+    from . import repro
+
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--profile", default="default", choices=["smoke", "default", "full"])
+    ap.add_argument("--run-tag", default="default")
+    ap.add_argument("--stage", default="10_generate_datasets")
+    ap.add_argument("--n", type=int, default=100, help="examples per set (0 = all)")
+    ap.add_argument("--few-shot", type=int, default=4)
+    ap.add_argument("--backend", default="llamacpp")
+    ap.add_argument("--model", default=None)
+    ap.add_argument("--modes", default="free,grammar")
+    ap.add_argument("--seed", type=int, default=0)
+    a = ap.parse_args(argv)
+    cfg = EvalConfig(backend=a.backend, model=a.model, few_shot=a.few_shot, modes=tuple(a.modes.split(",")),
+                     n_per_set=a.n, seed=a.seed)
+    out = repro.run_dir(a.run_tag, a.stage) / "before"
+    t0 = time.time()
+    df = evaluate_sets(before_sets(a.profile), out, cfg)
+    repro.write_meta(out, params=asdict(cfg) | {"profile": a.profile}, seed=a.seed, wall_time_s=time.time() - t0)
+    print(df.to_string(index=False, float_format=lambda v: f"{v:.3f}"))
+    print(f"saved under {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

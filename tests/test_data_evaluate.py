@@ -1,0 +1,100 @@
+"""The "before" evaluation loop with a fake backend: prompts, grammar, metrics, files, cache."""
+
+import json
+
+import pandas as pd
+import pytest
+
+from mags_lib import protocol
+from mags_lib.backends import Generation
+from mags_lib.evaluate import EvalConfig, evaluate_sets, sample_rows
+
+
+class EchoBackend:
+    """Answers the gold response for even-numbered prompts and chatter for the others."""
+
+    name = "fake"
+    supports_grammar = True
+    model_path = "fake-model"
+
+    def __init__(self, gold_by_input):
+        self.gold = gold_by_input
+        self.calls = []
+
+    def generate(self, prompts, *, max_new_tokens=64, temperature=0.0, grammar=None, stop=None, seed=None):
+        self.calls.append({"n": len(prompts), "grammar": grammar, "temperature": temperature})
+        out = []
+        for p in prompts:
+            text = p[-1]["content"]
+            good = len(self.calls) % 2 == 1 or grammar is not None
+            out.append(Generation(self.gold[text] if good else "I think " + self.gold[text], 10, 5, 0.1))
+        return out
+
+    def close(self):
+        pass
+
+
+def _rows(role, n):
+    rows = []
+    for i in range(n):
+        resp = (protocol.asks_to_text([f"thing{i} diet"]) if role == "ask"
+                else protocol.writes_to_text([(f"thing{i}", "eat", "moss")]))
+        rows.append({"id": f"{role}-{i}", "role": role, "kind": "single" if i % 2 else "multi",
+                     "input": f"input {role} {i}", "response": resp})
+    return rows
+
+
+def test_evaluate_sets_writes_table_and_uses_grammar(tmp_path):
+    sets = {"gen_ask": _rows("ask", 6), "gen_write": _rows("write", 6)}
+    gold = {r["input"]: r["response"] for rows in sets.values() for r in rows}
+    be = EchoBackend(gold)
+    df = evaluate_sets(sets, tmp_path, EvalConfig(n_per_set=0, embedder="hash", batch_size=3, few_shot=2),
+                       backend=be, progress=False)
+    assert list(df["mode"]) == ["free", "grammar", "free", "grammar"]
+    grammar_rows = df[df["mode"] == "grammar"]
+    assert (grammar_rows["adherence"] == 1.0).all() and (grammar_rows["exact_f1"] == 1.0).all()
+    free = df[df["mode"] == "free"]
+    assert (free["adherence"] == 0.5).all()  # every second batch of 3 was chatty
+    assert {c["grammar"] for c in be.calls} == {None, protocol.GRAMMARS["ask"], protocol.GRAMMARS["write"]}
+    assert all(c["temperature"] == 0.0 for c in be.calls)
+    for f in ("table.csv", "by_kind.csv", "metrics.json", "predictions_gen_ask_free.jsonl"):
+        assert (tmp_path / f).exists()
+    assert len(pd.read_csv(tmp_path / "by_kind.csv")) == 8
+    lines = (tmp_path / "predictions_gen_write_grammar.jsonl").read_text().splitlines()
+    assert json.loads(lines[0])["cache_key"] and len(lines) == 7
+
+    # a second run with the same model, prompts and rows reuses the predictions
+    n_calls = len(be.calls)
+    df2 = evaluate_sets(sets, tmp_path, EvalConfig(n_per_set=0, embedder="hash", batch_size=3, few_shot=2),
+                        backend=be, progress=False)
+    assert len(be.calls) == n_calls
+    pd.testing.assert_frame_equal(df, df2)
+
+
+def test_prompts_carry_few_shot_examples(tmp_path):
+    sets = {"s": _rows("ask", 2)}
+    seen = []
+
+    class Spy(EchoBackend):
+        def generate(self, prompts, **kw):
+            seen.extend(prompts)
+            return super().generate(prompts, **kw)
+
+    evaluate_sets(sets, tmp_path, EvalConfig(n_per_set=0, embedder="hash", few_shot=3, modes=("free",)),
+                  backend=Spy({r["input"]: r["response"] for r in sets["s"]}), progress=False)
+    assert seen[0] == protocol.build_messages("ask", "input ask 0", few_shot=3)
+
+
+def test_config_and_set_checks(tmp_path):
+    with pytest.raises(ValueError, match="modes"):
+        EvalConfig(modes=("beam",))
+    mixed = {"m": _rows("ask", 1) + _rows("write", 1)}
+    with pytest.raises(ValueError, match="one role"):
+        evaluate_sets(mixed, tmp_path, EvalConfig(embedder="hash"), backend=EchoBackend({}), progress=False)
+
+
+def test_sample_rows_is_deterministic_and_ordered():
+    rows = [{"i": i} for i in range(50)]
+    a = sample_rows(rows, 10, seed=4)
+    assert a == sample_rows(rows, 10, seed=4) and [r["i"] for r in a] == sorted(r["i"] for r in a)
+    assert sample_rows(rows, 0) == rows and sample_rows(rows, 99) == rows
