@@ -172,6 +172,7 @@ def base_model_dir(models_root: Path | str | None = None, *, force: bool = False
     tmp = Path(tempfile.mkdtemp(prefix=".convert-", dir=target.parent))
     try:
         tok = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+        tok.clean_up_tokenization_spaces = False  # explicit, so loading the copy warns about nothing
         model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name,
                                                      dtype=torch.float32)
         # A model loaded from GGUF carries its quantizer and refuses save_pretrained: the weights
