@@ -268,16 +268,20 @@ def _w_single(world, rng):
     return text, [f.triplet], [tid]
 
 
-def _w_multi(world, rng):
-    n = int(rng.integers(2, 5))
-    if rng.random() < 0.5:  # one subject, pronoun chain
+def _sample_facts(world, rng, n):
+    """Up to ``n`` distinct facts, half the time all about one subject (for pronoun chains)."""
+    if rng.random() < 0.5:
         subj = _pick(rng, sorted({f.subject for f in world.facts}))
         pool = world.facts_about(subj)
     else:
         pool = world.facts
     if len(pool) < 2:
         raise _Skip("too few facts")
-    chosen = [pool[i] for i in rng.choice(len(pool), size=min(n, len(pool)), replace=False)]
+    return [pool[i] for i in rng.choice(len(pool), size=min(n, len(pool)), replace=False)]
+
+
+def _w_multi(world, rng):
+    chosen = _sample_facts(world, rng, int(rng.integers(2, 5)))
     sents, trips, tids, prev = [], [], [], None
     for f in chosen:
         pron = _pronoun(world, f.subject) if f.subject == prev and rng.random() < 0.7 else None
@@ -434,15 +438,7 @@ def _a_single(world, rng):
 
 
 def _a_multi(world, rng):
-    n = int(rng.integers(2, 4))
-    if rng.random() < 0.5:
-        subj = _pick(rng, sorted({f.subject for f in world.facts}))
-        pool = world.facts_about(subj)
-    else:
-        pool = world.facts
-    if len(pool) < 2:
-        raise _Skip("too few facts")
-    chosen = [pool[i] for i in rng.choice(len(pool), size=min(n, len(pool)), replace=False)]
+    chosen = _sample_facts(world, rng, int(rng.integers(2, 4)))
     qs, queries, tids, prev = [], [], [], None
     for f in chosen:
         rel = RELATIONS_BY_KEY[f.relation]
