@@ -21,6 +21,16 @@ fact edges with locality, random 384-d unit embeddings):
 * resident memory after building, and the process's peak;
 * growth exponents: slopes of log(time) against log(n) for recall p50 and maintain.
 
+The targets (``TARGETS``) are checked at the measured size closest to 100k nodes, so adding 1M
+nodes to ``--sizes`` reports the larger size without changing the verdict. Measured on the 2-core
+workbench machine: the default sizes take about 2 minutes; ``--sizes 1000,10000,100000,1000000``
+about 7 minutes with a peak resident memory of about 10 GB (the run checks the available memory
+before it starts).
+
+Each timed phase starts after a full garbage collection: the bulk loader creates millions of Python
+objects at once, and the collector's first full pass over them (~0.5 s at 100k nodes) would
+otherwise land in whichever measurement happens to trigger it.
+
 The embeddings are random unit vectors: a worst case for the approximate (HNSW) index, which relies
 on the cluster structure real sentence embeddings have. ``recall.anchor_hit_rate`` reports how often
 the node a query was made from (cosine ~0.96) is among the chosen anchors.
@@ -40,6 +50,7 @@ for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(_var, os.environ.get("MAGS_BENCH_THREADS", "1"))
 
 import argparse
+import gc
 import json
 import math
 import platform
@@ -161,6 +172,7 @@ def bench_size(n: int, *, edges_per_node: int = 5, queries: int = 200, engram_tr
     t0 = time.perf_counter()
     g, emb, vecs = build_synthetic(n, edges_per_node=edges_per_node, seed=seed)
     build_s = time.perf_counter() - t0
+    gc.collect()  # the bulk build's collection debt is setup, not recall or engram time
     rss_built = _rss_mb()
     out: dict = {"n_nodes": int(g.nodes.alive.sum()), "n_edges": int((g.edges.alive & g.edges.valid).sum()),
                  "build_s": build_s, "approximate_index": g._ent_index.approximate}
@@ -196,6 +208,7 @@ def bench_size(n: int, *, edges_per_node: int = 5, queries: int = 200, engram_tr
         out["recall_with_embedding"]["embedder"] = getattr(query_embedder, "name", "?")
     # engram throughput with precomputed embeddings, per call size (a turn's few facts vs a document's many)
     out["engram"] = {}
+    gc.collect()
     for batch in sorted(set(engram_batches)):
         new_texts = [f"new entity {n}-{batch}-{i}" for i in range(engram_triplets)]
         emb.add(new_texts, _unit(rng.standard_normal((engram_triplets, g.dim))))
@@ -216,6 +229,7 @@ def bench_size(n: int, *, edges_per_node: int = 5, queries: int = 200, engram_tr
         progress(f"n={n}: engram " + ", ".join(f"{k}: {v['triplets_per_s']:.0f}/s" for k, v in out["engram"].items()
                                                if k.startswith("batch_")))
     # maintain
+    gc.collect()
     times, steps = [], []
     for _ in range(ticks):
         t = time.perf_counter()
@@ -230,6 +244,15 @@ def bench_size(n: int, *, edges_per_node: int = 5, queries: int = 200, engram_tr
     out["memory"] = {"rss_before_mb": rss0, "rss_built_mb": rss_built, "rss_after_mb": _rss_mb(),
                      "process_peak_mb": _peak_mb()}
     return out
+
+
+# resident memory per node measured at 5 edges per node (1M nodes: ~10.3 GB peak), with headroom
+_BYTES_PER_NODE = 11_000
+
+
+def memory_needed_mb(n: int, edges_per_node: int = 5) -> float:
+    """Rough peak memory (MB) of benchmarking a graph of ``n`` nodes (measured, with headroom)."""
+    return n * _BYTES_PER_NODE * (1 + edges_per_node) / 6 / 2**20
 
 
 def fit_exponent(sizes: Sequence[float], times: Sequence[float]) -> float | None:
@@ -310,6 +333,16 @@ def run(sizes: Sequence[int] = (1_000, 10_000, 100_000), *, out_dir: str | Path 
         verbose: bool = True) -> dict:
     """Run the benchmark over ``sizes`` and write ``graph.json`` and ``graph.png`` into ``out_dir``."""
     out_dir = Path(out_dir)
+    need = memory_needed_mb(max(sizes), edges_per_node)
+    try:
+        import psutil
+
+        avail = psutil.virtual_memory().available / 2**20
+    except ImportError:  # psutil is a dependency; without it, skip the check
+        avail = float("inf")
+    if need > avail:
+        raise MemoryError(f"benchmarking {max(sizes):,} nodes needs about {need / 1024:.1f} GB of memory, "
+                          f"{avail / 1024:.1f} GB are available; drop the largest size from --sizes")
     out_dir.mkdir(parents=True, exist_ok=True)
     qemb = _query_embedder(embedder)
     log = (lambda m: print(f"[bench] {m}", file=sys.stderr, flush=True)) if verbose else None
@@ -326,6 +359,7 @@ def run(sizes: Sequence[int] = (1_000, 10_000, 100_000), *, out_dir: str | Path 
         "maintain": _round(fit_exponent(ns, [r["maintain"]["median_s"] for r in rows])),
     }
     big = max(rows, key=lambda r: r["n_nodes"])
+    ref = min(rows, key=lambda r: abs(math.log(r["n_nodes"] / 100_000)))  # the targets' reference size
     result = {
         "params": {"sizes": list(map(int, sizes)), "edges_per_node": edges_per_node, "queries": queries,
                    "engram_triplets": engram_triplets, "engram_batches": list(engram_batches), "ticks": ticks,
@@ -341,11 +375,13 @@ def run(sizes: Sequence[int] = (1_000, 10_000, 100_000), *, out_dir: str | Path 
                     "engram_triplets_per_s": big["engram"]["triplets_per_s"]},
         "wall_time_s": time.perf_counter() - t_all,
     }
+    at_100k = ref["n_nodes"] >= 100_000
+    result["targets_reference_n_nodes"] = ref["n_nodes"]
     result["targets_met"] = {
-        "recall_p95_ms_100k": big["n_nodes"] >= 100_000 and big["recall"]["p95_ms"] <= TARGETS["recall_p95_ms_100k"],
-        "maintain_s_100k": big["n_nodes"] >= 100_000 and big["maintain"]["median_s"] <= TARGETS["maintain_s_100k"],
+        "recall_p95_ms_100k": at_100k and ref["recall"]["p95_ms"] <= TARGETS["recall_p95_ms_100k"],
+        "maintain_s_100k": at_100k and ref["maintain"]["median_s"] <= TARGETS["maintain_s_100k"],
         "maintain_exponent": exps["maintain"] is not None and exps["maintain"] <= TARGETS["maintain_exponent"],
-        "engram_triplets_per_s": min(r["engram"]["triplets_per_s"] for r in rows) >= TARGETS["engram_triplets_per_s"],
+        "engram_triplets_per_s": at_100k and ref["engram"]["triplets_per_s"] >= TARGETS["engram_triplets_per_s"],
     }
     (out_dir / "graph.json").write_text(json.dumps(result, indent=1))
     _plot(result, out_dir / "graph.png")

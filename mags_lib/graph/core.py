@@ -59,9 +59,20 @@ def norm_key(text: str) -> str:
     >>> norm_key("  The Blue  Die! "), norm_key("A")
     ('blue die', 'a')
     """
-    low = _WS.sub(" ", str(text).lower()).strip()
-    s = _ARTICLES.sub(" ", _PUNCT.sub(" ", low))
-    return _WS.sub(" ", s).strip() or low
+    key = _KEY_CACHE.get(text) if type(text) is str else None
+    if key is None:
+        low = _WS.sub(" ", str(text).lower()).strip()
+        s = _ARTICLES.sub(" ", _PUNCT.sub(" ", low))
+        key = _WS.sub(" ", s).strip() or low
+        if type(text) is str:
+            if len(_KEY_CACHE) >= _KEY_CACHE_SIZE:  # bounded: start over rather than grow without limit
+                _KEY_CACHE.clear()
+            _KEY_CACHE[text] = key
+    return key
+
+
+_KEY_CACHE: dict[str, str] = {}  # text -> norm_key(text): engram normalises every mention of every call
+_KEY_CACHE_SIZE = 1 << 17
 
 
 class LiquidGraph:
@@ -399,8 +410,9 @@ class LiquidGraph:
         """Write facts into memory (see :func:`mags_lib.graph.engram.engram`)."""
         from .engram import engram
 
-        rep = engram(self, triplets, episode=episode, source=source, time=time, importance=importance)
-        self.oplog.append({"op": "engram", "triplets": [list(t) for t in _as_triplets(triplets)],
+        trips = _as_triplets(triplets)
+        rep = engram(self, trips, episode=episode, source=source, time=time, importance=importance)
+        self.oplog.append({"op": "engram", "triplets": [list(t) for t in trips],
                            "episode": episode, "source": source, "time": time, "importance": importance})
         return rep
 

@@ -35,6 +35,7 @@ from .store import EDGE_ASSOC, EDGE_FACT, EDGE_MENTION, KIND_ENTITY, KIND_EPISOD
 __all__ = ["ASSOC_RELATION", "MENTION_RELATION", "engram", "gat_attention"]
 
 ASSOC_RELATION = "related to"
+_INTRA_MAX = 4096  # new mentions per call up to which their pairwise similarities are one product
 MENTION_RELATION = "mentions"
 
 
@@ -131,22 +132,32 @@ def engram(g, triplets, *, episode: str | None = None, source: str | None = None
     mention_rel = g._rel_id[MENTION_RELATION]
 
     # -- entity resolution + GAT edges ------------------------------------------------------
+    # One batched index search for every new key of the call; the entities created earlier in the
+    # same call are compared through one (m, m) product of the call's vectors, and the created rows
+    # join the index in one insert at the end (nothing in between searches the index).
     touched: dict[int, None] = {}
     if ent_keys:
         k_search = max(cfg.gat_k, 1)
         found = g._ent_index.search(ent_vecs, k_search, g._emb, expansion=g.config.index.expansion_resolve)
-        created: list[int] = []
+        # (m, m) similarities of the call's new mentions; a huge call compares row by row instead
+        intra = ent_vecs @ ent_vecs.T if 1 < len(ent_keys) <= _INTRA_MAX else None
+        created: list[int] = []  # node rows created in this call
+        created_j: list[int] = []  # their positions in ent_keys
+        thr, gat_min_sim, gat_min_st = cfg.resolve_threshold, cfg.gat_min_similarity, cfg.gat_min_strength
         for j, key in enumerate(ent_keys):
             v = ent_vecs[j]
             rows, sims = found[j]
             if created:
-                cs = g._emb[created] @ v
-                rows = np.concatenate([rows, np.asarray(created, dtype=np.int64)])
-                sims = np.concatenate([sims, cs.astype(np.float32)])
-                order = np.lexsort((rows, -sims))[:k_search]
-                rows, sims = rows[order], sims[order]
+                cs = intra[j, created_j] if intra is not None else ent_vecs[created_j] @ v
+                # created rows have larger ids than every indexed row: they only enter the top-k when
+                # strictly more similar than its last member (or when the top-k is not full)
+                if rows.size < k_search or float(cs.max()) > float(sims[-1]):
+                    rows = np.concatenate([rows, np.asarray(created, dtype=np.int64)])
+                    sims = np.concatenate([sims, cs.astype(np.float32)])
+                    order = np.lexsort((rows, -sims))[:k_search]
+                    rows, sims = rows[order], sims[order]
             best = float(sims[0]) if sims.size else -1.0
-            if best >= cfg.resolve_threshold:
+            if best >= thr:
                 i = int(rows[0])
                 g._entity_key[key] = i
                 meta = nd.meta[i]
@@ -157,29 +168,34 @@ def engram(g, triplets, *, episode: str | None = None, source: str | None = None
                 rep.resolved.append((ent_texts[key], g.node_id(i), best))
                 continue
             novelty = float(1.0 - max(best, 0.0))
-            i = g._add_node(ent_texts[key], v, KIND_ENTITY, importance=imp, surprise=cfg.novelty_surprise * novelty)
+            i = g._add_node(ent_texts[key], v, KIND_ENTITY, importance=imp, surprise=cfg.novelty_surprise * novelty,
+                            index=False)
             created.append(i)
-            rep.new_nodes.append(g.node_id(i))
-            if cfg.gat and sims.size:
-                keep = sims >= cfg.gat_min_similarity
-                if keep.any():
-                    att = gat_attention(sims[keep], temperature=cfg.gat_temperature)
-                    for nb, a, sim in zip(rows[keep].tolist(), att.tolist(), sims[keep].tolist()):
-                        st = cfg.gat_max_strength * a * sim
-                        if st >= cfg.gat_min_strength and nb != i:
-                            e = g._add_edge(i, nb, assoc_rel, EDGE_ASSOC, st, cfg.init_confidence, episodes, sources)
-                            rep.association_edges.append(e)
+            created_j.append(j)
+            rep.new_nodes.append("n" + str(i))
+            if cfg.gat and sims.size and sims[0] >= gat_min_sim:
+                keep = sims >= gat_min_sim
+                att = gat_attention(sims[keep], temperature=cfg.gat_temperature)
+                for nb, a, sim in zip(rows[keep].tolist(), att.tolist(), sims[keep].tolist()):
+                    st = cfg.gat_max_strength * a * sim
+                    if st >= gat_min_st and nb != i:
+                        e = g._add_edge(i, nb, assoc_rel, EDGE_ASSOC, st, cfg.init_confidence, episodes, sources)
+                        rep.association_edges.append(e)
+        if created:
+            g._ent_index.add(np.asarray(created, dtype=np.int64), g._emb)
 
     # -- facts ----------------------------------------------------------------------------
     tick = g.tick
+    n_access, n_last, n_imp = nd.access, nd.last_access, nd.importance  # views; no node is added below
+    entity_key, rel_id = g._entity_key, g._rel_id
     for s, r, o, ks, kr, ko in clean:
-        si, oi = g._entity_key[ks], g._entity_key[ko]
-        rid = g._rel_id[kr]
+        si, oi = entity_key[ks], entity_key[ko]
+        rid = rel_id[kr]
         for i in (si, oi):
-            nd.access[i] += 1
-            nd.last_access[i] = tick
-            if importance is not None and nd.importance[i] < imp:
-                nd.importance[i] = imp
+            n_access[i] += 1
+            n_last[i] = tick
+            if importance is not None and n_imp[i] < imp:
+                n_imp[i] = imp
             touched[i] = None
         if si == oi:
             rep.skipped.append(((s, r, o), "subject and object resolve to the same node"))
