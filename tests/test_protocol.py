@@ -1,6 +1,5 @@
 """The memory protocol: parser tables, round trips, fuzzing, grammars and prompts."""
 
-import re
 
 import pytest
 from hypothesis import given, settings
