@@ -1,6 +1,5 @@
 """The memory protocol: parser tables, round trips, fuzzing, grammars and prompts."""
 
-
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
