@@ -75,6 +75,27 @@ def test_hebbian_after_real_recall_strengthens_path():
     assert S(g, ids[("zed", "yann")]) == 0.5
 
 
+def test_hebbian_never_links_episodes():
+    # Episodes anchor recall results but belong to the episodic block: co-activation wires only
+    # entity anchors, so after recall + hebbian no association edge touches an episode node.
+    from mags_lib.embed import HashEmbedder
+    from mags_lib.graph.store import EDGE_ASSOC, KIND_EPISODE
+
+    g = LiquidGraph(HashEmbedder(dim=128))
+    for i, (text, trip) in enumerate([("Blorps eat frozen lemons.", ("blorps", "eat", "frozen lemons")),
+                                      ("Quindles live under the Teal Bridge.", ("quindles", "live under", "Teal Bridge")),
+                                      ("Snarfs build nests of glass straws.", ("snarfs", "build nests of", "glass straws"))]):
+        ep = g.add_episode(text, source=f"D1:{i}")
+        g.engram([trip], episode=ep, source=f"D1:{i}")
+    res = g.recall(["what do blorps eat", "where do quindles live", "snarfs nests"], k=6)
+    assert any(it.kind == "episode" for it in res.items) and any(it.kind == "fact" for it in res.items)
+    g.maintain(steps=["hebbian"])
+    ed, kinds = g.edges, g.nodes.kind
+    assoc = np.flatnonzero(ed.alive & (ed.kind == EDGE_ASSOC))
+    assert assoc.size > 0  # entity anchors were linked
+    assert not any(kinds[ed.src[e]] == KIND_EPISODE or kinds[ed.dst[e]] == KIND_EPISODE for e in assoc)
+
+
 def test_reward_path_strengthening_and_weakening():
     g, ids = make([("alice", "likes", "bob", 0.5), ("carol", "likes", "dan", 0.5)])
     res = g.recall("alice", k=1)

@@ -299,7 +299,9 @@ def recall(g, query: str | Sequence[str], k: int = 10, query_embeddings: np.ndar
             nd.access[un] += 1
         if cfg.coactivation and g.config.dynamics.hebbian:  # nothing would ever consume it otherwise
             ed.activation[np.asarray(used_edges, dtype=np.int64)] += 1.0
-            anc = sorted({g._idx(it.path[0]) for it in items})  # anchors that produced results
+            # entity anchors that produced results: episodes belong to the episodic block and are
+            # never wired to each other or to entities by association
+            anc = sorted({a for a in (g._idx(it.path[0]) for it in items) if nd.kind[a] != KIND_EPISODE})
             for i in range(len(anc)):
                 for j in range(i + 1, len(anc)):
                     g._coact.append((anc[i], anc[j]))
