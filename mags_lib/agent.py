@@ -267,6 +267,7 @@ class Answer:
     seconds: float
     items: list = field(default_factory=list)  # the recall items behind ``facts``, same order
     kind: str = "ask"
+    time: str | None = None  # when the question was asked (as given to ask())
 
     @property
     def sources(self) -> list[str]:
@@ -567,7 +568,7 @@ class MAGS:
         facts: list[str] = []
         used_items: list = []
         seen: set[str] = set()
-        used = b.count_tokens(P.format_facts([]).split("\n")[0])
+        used = b.count_tokens(P.format_facts(["x"]).split("\n")[0])  # the "Memory:" header line
         for it in items:
             line = " ".join(it.text.split())
             key = P.normalize_text(line)
@@ -589,7 +590,8 @@ class MAGS:
         ----------
         question : str
         time : str, optional
-            Unused by the models; kept for symmetry with :meth:`observe` (recorded in the trace).
+            When the question is asked; recorded on the returned :class:`Answer` (``.time``), not
+            given to the models.
         k : int, optional
             Items recalled (default ``config.recall_k``).
 
@@ -624,7 +626,7 @@ class MAGS:
         return Answer(question=question, answer=gen.text.strip(), facts=facts, trace=res.trace, recall=res,
                       queries=queries, memory_tokens=mem_tokens, extraction=ext,
                       timings={"ask": t1 - t0, "recall": t2 - t1, "answer": t3 - t2}, seconds=t3 - t0,
-                      items=used_items)
+                      items=used_items, time=time)
 
     def turn(self, text: str, source: str | None = None, time: str | None = None) -> Observation | Answer:
         """One conversational turn: the router decides between :meth:`observe` and :meth:`ask`."""
@@ -712,7 +714,8 @@ class MAGS:
         from .embed import load_embedder
 
         emb = embedder if embedder is not None else load_embedder(cfg.embedder)
-        graph = LiquidGraph.load(path / "graph", emb)
+        # the (possibly overridden) config's graph and dynamics switches govern the loaded memory
+        graph = LiquidGraph.load(path / "graph", emb, config=cfg.graph_config())
         m = cls(cfg, graph=graph, embedder=emb)
         m.n_observations = int(state.get("n_observations", 0))
         m.n_asks = int(state.get("n_asks", 0))
