@@ -6,8 +6,9 @@ constrained by ``protocol.GRAMMARS[role]`` (llama.cpp GBNF). Outputs are scored 
 :func:`mags_lib.metrics.evaluate_predictions` (adherence, op P/R/F1, exact-triplet P/R/F1, accuracy on
 inputs whose gold is empty). Everything lands in ``out_dir``:
 
-* ``predictions_<set>_<mode>.jsonl`` -- one line per example (id, kind, input, gold, output,
-  tokens, seconds, per-example scores); reused when the model, prompts and rows are unchanged;
+* ``predictions_<set>_<mode>.jsonl`` -- the generations, one line per example (id, kind, input,
+  gold, output, tokens, seconds), written atomically; reused when the model, prompts, grammar and
+  rows are unchanged. Per-example scores are recomputed from them on every run (cheap);
 * ``metrics.json`` and ``table.csv`` -- one row per (set, mode); ``by_kind.csv`` -- op F1 per kind.
 
 Command line (the "before" row of the default profile)::
@@ -30,6 +31,7 @@ from tqdm.auto import tqdm
 
 from . import protocol
 from .metrics import evaluate_predictions
+from .repro import atomic_write_text
 
 __all__ = ["EvalConfig", "before_sets", "evaluate_sets", "main", "sample_rows"]
 
@@ -164,7 +166,7 @@ def evaluate_sets(sets: dict[str, Sequence[dict]], out_dir: str | Path, config: 
                     lines = [json.dumps({"cache_key": key, "set": name, "mode": mode, "config": asdict(cfg)},
                                         default=str)]
                     lines += [json.dumps(x, ensure_ascii=False) for x in records]
-                    pred_path.write_text("\n".join(lines) + "\n")
+                    atomic_write_text(pred_path, "\n".join(lines) + "\n")
                 else:
                     bar.update(len(rows))
                 rep = evaluate_predictions([x["output"] for x in records], [x["gold"] for x in records], role,
