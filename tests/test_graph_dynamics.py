@@ -214,6 +214,23 @@ def test_scc_merges_near_duplicates_in_a_cycle():
     assert "robert" in g.node(bob)["aliases"]
 
 
+def test_scc_merge_keeps_a_permanent_member_and_merges_the_rest_into_it():
+    # bob, robert and bobby are near-duplicates in one cycle; bobby (the largest id, met first when
+    # members are merged from the largest down) is permanent, so both others merge into bobby.
+    table = {"bob": [1, 0, 0, 0], "robert": [0.96, 0.28, 0, 0], "bobby": [0.95, 0, 0.31, 0], "chess": [0, 0, 0, 1]}
+    cfg = GraphConfig(engram=replace(GraphConfig().engram, gat=False, resolve_threshold=0.99))
+    g = LiquidGraph(TableEmbedder(table, dim=4), config=cfg)
+    g.engram([("bob", "also called", "robert"), ("robert", "also called", "bobby"), ("bobby", "also called", "bob"),
+              ("bob", "plays", "chess")])
+    bobby = g.find("bobby")
+    assert g.stats()["n_entities"] == 4 and g._idx(g.find("bob")) < g._idx(g.find("robert")) < g._idx(bobby)
+    g.nodes.permanent[g._idx(bobby)] = True
+    rep = g.maintain(steps=["scc"])
+    assert rep.steps["scc"]["merged"] == 2
+    assert g.find("bob") == g.find("robert") == bobby
+    assert {(f["subject"], f["relation"], f["object"]) for f in g.facts()} == {("bobby", "plays", "chess")}
+
+
 def test_solidify_edges_and_nodes():
     g, ids = make([("a", "r", "b", 0.96), ("a", "r", "c", 0.96), ("a", "r", "d", 0.96), ("x", "r", "y", 0.96)],
                   dyn=DynamicsConfig(solidify_node_edges=3))

@@ -63,7 +63,7 @@ class IndexConfig:
     expansion_search: int = 128  # HNSW ef for recall queries (candidates are re-scored exactly)
     expansion_resolve: int = 32  # HNSW ef for engram's entity resolution (near duplicates are easy to find)
     dtype: str = "i8"  # HNSW vector storage: "i8" (quantised), "f16" or "f32"; results are re-scored exactly
-    threads: int = 0  # threads for batch add/search (0: all cores)
+    threads: int = 0  # threads for batch add/search (0: all cores; 1: reproducible HNSW inserts)
 
     def __post_init__(self) -> None:
         if self.approx_threshold < 2:

@@ -85,7 +85,10 @@ class LiquidGraph:
     config : GraphConfig, optional
         All knobs; see :mod:`mags_lib.graph.config`.
     seed : int, optional
-        Seed for the layouts drawn by :mod:`mags_lib.graph.viz` (the memory itself is deterministic).
+        Seed for the layouts drawn by :mod:`mags_lib.graph.viz`. The memory itself is deterministic
+        while search is exact (below ``IndexConfig`` ``approx_threshold`` nodes); above it, multi-threaded
+        inserts into the approximate index may order the HNSW graph differently from run to run: set
+        ``IndexConfig(threads=1)`` for bit-identical runs at scale.
 
     Examples
     --------

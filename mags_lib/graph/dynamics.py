@@ -24,8 +24,9 @@ Rules (``s`` = edge strength, every rate from :class:`~mags_lib.graph.config.Dyn
   kcore_importance * (1 - importance)`` and long-term stage;
 * **scc** -- strongly connected components (fact and association edges) of at least
   ``scc_min_size`` nodes: internal edges ``s += scc_rate * (1 - s)``, members get a cluster id
-  (smallest member id), members with cosine ``>= scc_merge_similarity`` are merged (into the
-  smaller id, or into the permanent one; two permanent nodes are never merged);
+  (smallest member id); in components of at most 256 entities (the pairwise comparison is
+  quadratic), members with cosine ``>= scc_merge_similarity`` are merged (into the smallest id, or
+  into the permanent one; two permanent nodes are never merged);
 * **solidify** -- edges with ``s >= solidify_strength`` and ``uses >= solidify_min_uses`` become
   permanent; nodes with ``>= solidify_node_edges`` permanent edges become permanent;
 * **promote** -- working-memory entities with ``access >= promote_uses``, ``surprise >=
@@ -391,14 +392,20 @@ def _merge_similar(g, ents: list[int], threshold: float) -> int:
         ra, rb = find(ents[a]), find(ents[b])
         if ra != rb:
             parent[max(ra, rb)] = min(ra, rb)
+    groups: dict[int, list[int]] = {}
+    for i in ents:
+        groups.setdefault(find(i), []).append(i)
     merged = 0
-    for i in sorted(ents, reverse=True):
-        r = find(i)
-        if r != i and nd.alive[i] and nd.alive[r]:
-            keep, drop = (i, r) if (nd.permanent[i] and not nd.permanent[r]) else (r, i)
-            if nd.permanent[drop]:  # two permanent nodes are never merged away
+    for root in sorted(groups):
+        alive = [i for i in groups[root] if nd.alive[i]]
+        if len(alive) < 2:
+            continue
+        perm = [i for i in alive if nd.permanent[i]]
+        keep = min(perm) if perm else min(alive)  # the permanent member, else the smallest id
+        for i in sorted(alive, reverse=True):
+            if i == keep or nd.permanent[i]:  # two permanent nodes are never merged away
                 continue
-            g._merge_nodes(keep, drop)
+            g._merge_nodes(keep, i)
             merged += 1
     return merged
 
