@@ -44,8 +44,8 @@ def test_update_returns_the_current_fact_only(memory):
     assert porto.sources == ("D1:5",) and porto.path[0] in res.trace.anchor_ids
     eps = [it.text for it in res.items if it.kind == "episode"]
     # the episode that said "Lisbon" lost confidence: the Porto one ranks above it
-    if "Lena is a marine biologist who lives in Lisbon." in eps:
-        assert eps.index("Lena moved to Porto in 2024.") < eps.index("Lena is a marine biologist who lives in Lisbon.")
+    assert "Lena is a marine biologist who lives in Lisbon." in eps
+    assert eps.index("Lena moved to Porto in 2024.") < eps.index("Lena is a marine biologist who lives in Lisbon.")
     hist = memory.history("Lena", "lives in")
     assert [(h["object"], h["valid"]) for h in hist] == [("Lisbon", False), ("Porto", True)]
 
