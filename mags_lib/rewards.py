@@ -3,8 +3,9 @@
 Every function has TRL's signature ``(completions, **kwargs) -> list[float]``: ``completions`` is a
 list of strings or of chat message lists (``[{"role": "assistant", "content": ...}]``), and the
 dataset's columns arrive as keyword lists of the same length (``role``, ``response``, ``context``,
-``gold_facts``; see :mod:`mags_lib.data.render`). A column may also be given as a single value for
-all completions. Rewards are pure (no global counters, no state kept between calls except the
+``gold_facts``; see :mod:`mags_lib.data.render`). A scalar column (``role``, ``response``) may also
+be given as a single string for all completions; list-valued columns (``context``, ``gold_facts``)
+must always hold one entry per completion. Rewards are pure (no global counters, no state kept between calls except the
 shared embedding model) and picklable (module-level functions; :func:`get_reward` binds options with
 :func:`functools.partial` and keeps ``__name__`` for TRL's logs).
 
