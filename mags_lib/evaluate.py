@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import os
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
@@ -74,6 +75,17 @@ def sample_rows(rows: Sequence[dict], n: int, seed: int = 0) -> list[dict]:
         return rows
     idx = np.sort(np.random.default_rng(seed).choice(len(rows), size=n, replace=False))
     return [rows[i] for i in idx]
+
+
+def _model_id(backend) -> str:
+    """The backend's model path plus its size and modification time, so that a model re-exported to
+    the same path invalidates cached predictions."""
+    path = str(getattr(backend, "model_path", ""))
+    try:
+        st = os.stat(path)
+    except OSError:
+        return path
+    return f"{path}:{st.st_size}:{st.st_mtime_ns}"
 
 
 def _key(cfg: EvalConfig, mode: str, rows: Sequence[dict], model_path: str) -> str:
@@ -147,7 +159,7 @@ def evaluate_sets(sets: dict[str, Sequence[dict]], out_dir: str | Path, config: 
             role = rows[0]["role"] if rows else "ask"
             prompts = [protocol.build_messages(role, r["input"], few_shot=cfg.few_shot) for r in rows]
             for mode in cfg.modes:
-                key = _key(cfg, mode, rows, str(getattr(backend, "model_path", "")))
+                key = _key(cfg, mode, rows, _model_id(backend))
                 pred_path = out / f"predictions_{name}_{mode}.jsonl"
                 records = _load_cached(pred_path, key)
                 if records is None:

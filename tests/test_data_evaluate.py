@@ -71,6 +71,23 @@ def test_evaluate_sets_writes_table_and_uses_grammar(tmp_path):
     pd.testing.assert_frame_equal(df, df2)
 
 
+def test_cache_is_invalidated_when_the_model_file_changes(tmp_path):
+    sets = {"gen_ask": _rows("ask", 2)}
+    model = tmp_path / "model.gguf"
+    model.write_bytes(b"v1")
+    be = EchoBackend({r["input"]: r["response"] for r in sets["gen_ask"]})
+    be.model_path = str(model)
+    cfg = EvalConfig(n_per_set=0, embedder="hash", modes=("free",))
+    out = tmp_path / "out"
+    evaluate_sets(sets, out, cfg, backend=be, progress=False)
+    n = len(be.calls)
+    evaluate_sets(sets, out, cfg, backend=be, progress=False)
+    assert len(be.calls) == n  # same file: cached
+    model.write_bytes(b"version 2, re-exported to the same path")
+    evaluate_sets(sets, out, cfg, backend=be, progress=False)
+    assert len(be.calls) > n  # changed file: generated again
+
+
 def test_prompts_carry_few_shot_examples(tmp_path):
     sets = {"s": _rows("ask", 2)}
     seen = []
