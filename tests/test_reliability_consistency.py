@@ -9,6 +9,7 @@ recall the same items in the same order; every 4th sequence ends with a real sav
 from __future__ import annotations
 
 import dataclasses
+import os
 import random
 
 import numpy as np
@@ -140,13 +141,17 @@ def loaded_copy(g: LiquidGraph) -> LiquidGraph:
 STEP_QUERY = ["alice", "blue die"]  # after every step: one two-query recall
 
 
-def check_same(live: LiquidGraph, others: dict[str, LiquidGraph], what: str, queries=(STEP_QUERY,)) -> None:
-    """``others`` (name -> graph) hold the live graph's state and recall like it."""
+def check_same(live: LiquidGraph, others: dict[str, LiquidGraph], what: str, queries=(STEP_QUERY,),
+               state_only: tuple[str, ...] = ()) -> None:
+    """``others`` (name -> graph) hold the live graph's state and recall like it (those named in
+    ``state_only``: the state only)."""
     state = live._state(share=True)  # read-only comparisons: nothing needs copying
     views = [recall_view(live, q) for q in queries]
     for name, other in others.items():
         d = _state_differences(state, other._state(share=True))
         assert d == [], f"{what}: {name} differs in {d}"
+        if name in state_only:
+            continue
         for q, v in zip(queries, views):
             assert recall_view(other, q) == v, f"{what}: {name} recalls differently for {q}"
 
@@ -181,8 +186,9 @@ def random_step(g: LiquidGraph, rng: random.Random, i: int, last):
 
 
 @pytest.mark.parametrize("block", range(4))
-def test_live_equals_saved_equals_replayed_after_every_step(tmp_path, block):
+def test_live_equals_saved_equals_replayed_after_every_step(tmp_path, monkeypatch, block):
     """250 sequences per block (1,000 in all), 1-10 steps each; a real save to disk every 4th."""
+    monkeypatch.setattr(os, "fsync", lambda fd: None)  # no crash here: durability is not what is tested
     n_seq = 0
     n_steps = 0
     for s in range(block * 250, (block + 1) * 250):
@@ -200,7 +206,10 @@ def test_live_equals_saved_equals_replayed_after_every_step(tmp_path, block):
             else:
                 for op in g.oplog[n_before:]:
                     replica.apply(op)
-            check_same(g, {"replay": replica, "save->load": loaded_copy(g)}, f"seq {s} step {i} ({kind})")
+            # every step: the same state for the replay, the same state and recall for the loaded copy
+            # (rebuilt from the stores, so its networkx structure differs from the live one's history)
+            check_same(g, {"replay": replica, "save->load": loaded_copy(g)}, f"seq {s} step {i} ({kind})",
+                       state_only=("replay",))
         check_same(g, {"replay": replica}, f"seq {s}", QUERIES)
         if s % 4 == 0:  # the files on disk (the in-memory files above are the same bytes)
             h = LiquidGraph.load(g.save(tmp_path / f"g{s % 3}"), EMB)

@@ -396,17 +396,13 @@ class GraphConfig:
                 raise TypeError(f"GraphConfig.{name} must be a {cls.__name__}, got {type(getattr(self, name)).__name__}")
 
     def to_dict(self) -> dict:
-        """Plain-JSON form (sets become sorted lists)."""
-        from dataclasses import asdict
-
-        def conv(x):
-            if isinstance(x, (set, frozenset)):
-                return sorted(x)
-            if isinstance(x, dict):
-                return {k: conv(v) for k, v in x.items()}
-            return x
-
-        return conv(asdict(self))
+        """Plain-JSON form (sets become sorted lists); a new dict on every call."""
+        out = {}
+        for name, _ in _PARTS:
+            part = getattr(self, name)
+            out[name] = {f.name: (sorted(v) if isinstance(v, frozenset) else v)
+                         for f in fields(part) for v in (getattr(part, f.name),)}
+        return out
 
     @classmethod
     def from_dict(cls, d: dict) -> GraphConfig:
