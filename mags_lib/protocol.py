@@ -224,8 +224,10 @@ def _parse_strict(text: str, role: str | None) -> Parsed:
             continue
         name = t.group(2)
         lst, j = closes[name], nxt[name]
+        start = j
         while j < len(lst) and lst[j] < k:
             j += 1
+        work.add(j - start)  # closing tags stepped over (each at most once per parse)
         nxt[name] = j
         if j == len(lst):
             continue

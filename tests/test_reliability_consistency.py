@@ -84,14 +84,19 @@ def test_merge_then_load_recalls_like_the_live_graph(tmp_path):
     cfg = GraphConfig(engram=EngramConfig(gat=False, reconcile=False),
                       recall=RecallConfig(max_branch=2, n_anchors=1, include_episodes=False))
     g = LiquidGraph(TableEmbedder(table, dim=64), config=cfg)
-    g.engram([("blue dies", f"has {i}", f"thing {i}") for i in range(3)]
-             + [("blue die", f"owns {i}", f"item {i}") for i in range(3)]
+    # "blue dies" is node 0 (it is kept); the edges of "blue die" (merged into it) have lower ids than
+    # its own "has" edges, and move to the end of its networkx adjacency in the live graph
+    g.engram([("blue dies", "near", "x0")] + [("blue die", f"owns {i}", f"item {i}") for i in range(3)]
+             + [("blue dies", f"has {i}", f"thing {i}") for i in range(3)]
              + [("blue die", "near", "blue dies"), ("blue dies", "near", "blue die")], source="S")
     g.maintain(steps=["scc"])
-    assert g.stats()["n_entities"] == 7  # blue dies merged into blue die
+    assert g.stats()["n_entities"] == 8 and g.find("blue die") == "n0"  # merged into blue dies (n0)
+    keep = list(g.G._succ[0])
+    assert keep != sorted(keep)  # the live adjacency is not in id order
     h = LiquidGraph.load(g.save(tmp_path / "g"), g.embedder)
     for q in ("blue die", "thing 1", "item 2"):
         assert recall_view(g, q) == recall_view(h, q)
+    assert [it[0] for it in recall_view(g, "blue dies")[0]] == ["blue dies near x0", "blue dies owns 0 item 0"]
 
 
 # -- item 6: SCC merges reconcile ----------------------------------------------------------------------
@@ -129,7 +134,7 @@ CFG = GraphConfig(
                             working_capacity=6, scc_merge_similarity=0.3, solidify_strength=0.6,
                             solidify_min_uses=1, gol_survive_max=3),
     recall=RecallConfig(n_anchors=2, min_path_strength=0.01, max_branch=2),
-    limits=LimitsConfig(max_snapshots=2, max_oplog_ops=12, max_coactivation=6),
+    limits=LimitsConfig(max_snapshots=2, max_oplog_ops=5, max_coactivation=6),
 )
 QUERIES = [["alice"], ["blue die", "tea"], ["ten"], ["dog", "paris", "chess"]]
 
@@ -227,10 +232,33 @@ def test_rollback_equals_the_snapshot_and_recalls_the_same():
         _, last = random_step(g, rng, i, last) if i % 7 else (None, last)
     sid = g.snapshot()
     frozen = g.copy()
+    deep = g._state()  # a deep copy: shares nothing with the live graph
     for i in range(30, 50):
         kind, last = random_step(g, rng, i, last)
         if kind == "rollback":
             break
     g.rollback(sid)
     check_same(frozen, {"rollback": g}, "rollback", QUERIES)
+    assert _state_differences(deep, g._state()) == []
     assert np.array_equal(g._emb[: g.nodes.n], frozen._emb[: frozen.nodes.n])
+
+
+def test_snapshots_share_nothing_that_changes():
+    """Snapshots and copies share list cells (provenance, aliases): changes must replace them."""
+    table = {"blue die": [1.0] + [0.0] * 63, "blue dies": [0.85, 0.5268] + [0.0] * 62,
+             "bob": [0.0, 0.0, 1.0] + [0.0] * 61, "robert": [0.0, 0.0, 0.96, 0.28] + [0.0] * 60}
+    g = LiquidGraph(TableEmbedder(table, dim=64), config=GraphConfig(engram=EngramConfig(gat=False)))
+    e1 = g.add_episode("The blue die has six sides.", source="D1")
+    g.engram([("blue die", "has sides", "six"), ("bob", "owns", "blue die")], episode=e1)
+    e2 = g.add_episode("The blue dies look like the blue die.", source="D2")
+    g.engram([("blue dies", "looks like", "blue die"), ("blue die", "looks like", "blue dies")], episode=e2)
+    sid = g.snapshot()
+    copy = g.copy()
+    deep = g._state()
+    e3 = g.add_episode("Robert owns the blue die.", source="D3")
+    g.engram([("robert", "owns", "blue die"), ("blue die", "has sides", "six")], episode=e3)  # alias, repeat
+    g.maintain(steps=["scc"])  # merges blue dies into blue die: aliases, keys, provenance move
+    assert g.stats()["n_entities"] < copy.stats()["n_entities"]
+    assert _state_differences(deep, copy._state()) == []  # the copy did not change
+    g.rollback(sid)
+    assert _state_differences(deep, g._state()) == []  # nor did the snapshot

@@ -95,6 +95,13 @@ ADVERSARIAL = {
     "almost tags": "<memory_as" * (MB // 10),
     "slash spaces": "< / " * (MB // 4) + "memory",
     "commas and backslashes": "<memory_write>" + "\\," * (MB // 2) + "</memory_write>",
+    "closing tags before opening tags": "</memory_ask>" * (MB // 26) + "<memory_ask>" * (MB // 26),
+}
+PIECES = {  # text that repeats: work must grow like its length
+    "unclosed": "<memory_ask>q ",
+    "close then open": "</memory_ask><memory_ask>",
+    "pairs": "<memory_write>a,b,c</memory_write> ",
+    "mixed": "<memory_ask>x</memory_write><memory_write>\\,,a,b</memory_ask> <",
 }
 
 
@@ -110,6 +117,17 @@ def test_strict_parser_work_is_linear_on_1mb(name):
     # the windows of one parse are disjoint up to a constant: <= 8 passes over the input per parse
     assert P.SCAN_WORK.chars <= 3 * 8 * len(text), (P.SCAN_WORK.chars, len(text))
     assert P.SCAN_WORK.calls <= 3 * 8 * (len(text) // 10 + 10)
+
+
+@pytest.mark.parametrize("name", list(PIECES))
+def test_strict_parser_work_grows_linearly(name):
+    """Doubling the input at most doubles the work (a quadratic parser would quadruple it)."""
+    def work(n):
+        P.SCAN_WORK.reset()
+        P.parse(PIECES[name] * n, role="ask")
+        return P.SCAN_WORK.chars
+    w1, w2 = work(2000), work(4000)
+    assert w2 <= 2.2 * w1, (w1, w2)
 
 
 def test_strict_parser_regexes_are_backtracking_free():

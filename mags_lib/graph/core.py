@@ -590,8 +590,13 @@ class LiquidGraph:
         if base is not None:
             g._load_state(base, shared=True)
             g.oplog_base = base
-        for op in oplog:
-            g.apply(op)
+        for i, op in enumerate(oplog):
+            try:
+                g.apply(op)
+            except (KeyError, ValueError, TypeError, IndexError) as exc:
+                kind = op.get("op") if isinstance(op, dict) else type(op).__name__
+                raise ValueError(f"operation-log entry {i} ({kind}) cannot be replayed: {exc} (a log of another "
+                                 "graph, or an edited one?)") from exc
         return g
 
     # ------------------------------------------------------------------------------------------
@@ -891,7 +896,7 @@ OPS: dict[str, dict[str, tuple]] = {
 
 def check_op(op: object) -> None:
     """Check one operation-log entry's shape; ``ValueError`` naming the field otherwise."""
-    if not isinstance(op, dict) or op.get("op") not in OPS:
+    if not isinstance(op, dict) or not isinstance(op.get("op"), str) or op["op"] not in OPS:
         kind = op.get("op") if isinstance(op, dict) else type(op).__name__
         raise ValueError(f"unknown operation {kind!r} in the operation log; known: {sorted(OPS)}")
     kind = op["op"]
@@ -903,9 +908,13 @@ def check_op(op: object) -> None:
     imp = op.get("importance")
     if imp is not None and (isinstance(imp, bool) or not isinstance(imp, (int, float))):
         raise ValueError(f"{kind} entry: field 'importance' must be a number or null, got {imp!r:.60}")
-    if kind == "engram" and not all(isinstance(t, list) and len(t) == 3 and all(isinstance(x, str) for x in t)
-                                    for t in op["triplets"]):
-        raise ValueError("engram entry: field 'triplets' must be a list of [subject, relation, object] strings")
+    if kind == "engram":
+        if not all(isinstance(t, list) and len(t) == 3 and all(isinstance(x, str) for x in t) for t in op["triplets"]):
+            raise ValueError("engram entry: field 'triplets' must be a list of [subject, relation, object] strings")
+        if op["episode"] is not None and not re.fullmatch(r"ep\d+", op["episode"]):
+            raise ValueError(f"engram entry: field 'episode' must be an episode id like 'ep3', got {op['episode']!r:.40}")
+    if kind == "set_permanent" and isinstance(op["node"], str) and not re.fullmatch(r"(ep|n)\d+", op["node"]):
+        raise ValueError(f"set_permanent entry: field 'node' must be a node id like 'n12', got {op['node']!r:.40}")
     if kind == "recall":
         q = op["query"]
         if isinstance(q, list) and not all(isinstance(x, str) for x in q):

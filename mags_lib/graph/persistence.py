@@ -197,7 +197,7 @@ def _manifest(files: Mapping, where: str) -> dict:
         raise GraphFormatError(f"{mname} is corrupt or truncated ({exc}); restore it from a backup") from exc
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT_NAME:
         fmt = manifest.get("format") if isinstance(manifest, dict) else type(manifest).__name__
-        raise GraphFormatError(f"{where} holds format {fmt!r}, not {FORMAT_NAME!r}: not a LiquidGraph save")
+        raise GraphFormatError(f"{mname} holds format {fmt!r}, not {FORMAT_NAME!r}: not a LiquidGraph save")
     ver = manifest.get("version")
     if isinstance(ver, bool) or not isinstance(ver, int):
         raise _fail(mname, f"field 'version' must be an integer, got {ver!r}")
