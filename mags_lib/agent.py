@@ -656,6 +656,9 @@ class MAGS:
     def ask(self, question: str, *, time: str | None = None, k: int | None = None) -> Answer:
         """Answer a question from memory: ask model -> recall -> answer model.
 
+        Like :meth:`observe`, all or nothing: if a model call fails, the memory (touched by the
+        recall) and the counters are as before the call.
+
         Parameters
         ----------
         question : str
@@ -682,13 +685,14 @@ class MAGS:
         queries = list(dict.fromkeys(q.strip() for q in queries if q.strip()))[: c.max_queries]
         if not queries:
             queries = [question]
-        res = self.graph.recall(queries, k=c.recall_k if k is None else k)
-        t2 = _time.perf_counter()
-        facts, mem_tokens, used_items = self.pack_facts(res.items)
-        prompt = P.build_messages("answer", question, facts=facts)
-        gen = self.backend("answer").generate([prompt], max_new_tokens=c.max_new_tokens_answer,
-                                              temperature=c.temperature, seed=c.seed,
-                                              stop=list(c.answer_stop) or None)[0]
+        with self.graph.transaction():  # recall touches the memory: undone if the answer model fails
+            res = self.graph.recall(queries, k=c.recall_k if k is None else k)
+            t2 = _time.perf_counter()
+            facts, mem_tokens, used_items = self.pack_facts(res.items)
+            prompt = P.build_messages("answer", question, facts=facts)
+            gen = self.backend("answer").generate([prompt], max_new_tokens=c.max_new_tokens_answer,
+                                                  temperature=c.temperature, seed=c.seed,
+                                                  stop=list(c.answer_stop) or None)[0]
         t3 = _time.perf_counter()
         self.n_asks += 1
         self.memory_tokens.append(mem_tokens)

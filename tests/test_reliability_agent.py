@@ -92,6 +92,23 @@ def test_failing_maintain_inside_a_turn_rolls_back(monkeypatch):
     assert same(before, footprint(m))
 
 
+class FailOnAnswer(ScriptedBackend):
+    def generate(self, prompts, **kw):
+        if any("Question:" in m["content"] for p in prompts for m in p if isinstance(p, list)):
+            raise RuntimeError("answer model crashed")
+        return super().generate(prompts, **kw)
+
+
+def test_failed_ask_leaves_no_trace():
+    m = scripted_agent([WRITE])
+    m.observe("Blorps eat frozen lemons.", source="S1")
+    m._role_backend["answer"] = FailOnAnswer(["lemons"])
+    before = footprint(m), m.n_asks, list(m.memory_tokens)
+    with pytest.raises(RuntimeError, match="answer model crashed"):
+        m.ask("What do blorps eat?")
+    assert same(before[0], footprint(m)) and (m.n_asks, m.memory_tokens) == before[1:]
+
+
 def test_invalid_text_is_refused_before_anything():
     m = scripted_agent([WRITE])
     before = footprint(m)
