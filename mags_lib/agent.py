@@ -842,28 +842,9 @@ def _read_mags_json(meta: Path) -> dict:
     """Read and check ``mags.json``: format, version, checksum and every field's type."""
     from .graph import atomic
 
-    try:
-        state = json.loads(meta.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, ValueError) as e:
-        raise MAGSFormatError(f"{meta} is corrupt or truncated ({e}); restore it from a backup") from e
-    if not isinstance(state, dict) or state.get("format") != _FORMAT:
-        fmt = state.get("format") if isinstance(state, dict) else type(state).__name__
-        raise MAGSFormatError(f"{meta} holds format {fmt!r}, not {_FORMAT!r}: not a MAGS save")
-    ver = state.get("version")
-    if isinstance(ver, bool) or not isinstance(ver, int):
-        raise MAGSFormatError(f"{meta}: field 'version' must be an integer, got {ver!r}")
-    if not 1 <= ver <= _FORMAT_VERSION:
-        raise MAGSFormatError(f"{meta} is a MAGS save of version {ver}; this mags_lib reads versions "
-                              f"1..{_FORMAT_VERSION} (upgrade mags_lib)")
-    if ver >= 2:
-        body = {k: v for k, v in state.items() if k != "checksum"}
-        try:
-            ok = state.get("checksum") == atomic.json_checksum(body)
-        except ValueError:
-            ok = False
-        if not ok:
-            raise MAGSFormatError(f"{meta} fails its checksum: the file was edited or is corrupt. To change "
-                                  "settings, pass them to MAGS.load(path, field=value) instead of editing it")
+    state = atomic.read_manifest_json(
+        meta.read_bytes(), str(meta), fmt=_FORMAT, version=_FORMAT_VERSION, error=MAGSFormatError, what="MAGS save",
+        hint="To change settings, pass them to MAGS.load(path, field=value) instead of editing it")
     if not isinstance(state.get("config"), dict):
         raise MAGSFormatError(f"{meta}: field 'config' must be an object of MAGSConfig fields, "
                               f"got {state.get('config')!r:.60}")

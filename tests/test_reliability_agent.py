@@ -153,8 +153,8 @@ def test_pack_facts_skips_an_item_over_budget_and_keeps_filling():
 
 # -- item 10: nothing to store stores nothing ----------------------------------------------------------
 def test_ungrounded_triplets_are_not_stored():
-    m = scripted_agent(["<memory_write>Odalie,is sister of,me</memory_write>"
-                        "<memory_write>blorps,eat,lemons</memory_write>"])
+    m = scripted_agent([("<memory_write>Odalie,is sister of,me</memory_write>"
+                         "<memory_write>blorps,eat,lemons</memory_write>")])
     o = m.observe("Blorps eat frozen lemons.", source="S1")
     assert o.triplets == [("blorps", "eat", "lemons")] and o.dropped == [("Odalie", "is sister of", "me")]
     assert [f["subject"] for f in m.graph.facts()] == ["blorps"]

@@ -296,12 +296,17 @@ def test_edited_mags_json_is_detected(tmp_path):
         MAGS.load(p, embedder=EMB)
 
 
-def rewrite_mags_json(p, edit):
-    s = json.loads((p / "mags.json").read_text())
+def rewrite_json(f, edit):
+    """Edit a checksummed JSON file and recompute its checksum (a careful hand edit)."""
+    s = json.loads(f.read_text())
     edit(s)
     s.pop("checksum", None)
     s["checksum"] = atomic.json_checksum(s)
-    (p / "mags.json").write_text(json.dumps(s))
+    f.write_text(json.dumps(s))
+
+
+def rewrite_mags_json(p, edit):
+    rewrite_json(p / "mags.json", edit)
 
 
 @pytest.mark.parametrize("edit,field", [
@@ -326,11 +331,7 @@ def test_hand_broken_mags_json_names_the_field(tmp_path, edit, field):
 
 
 def rewrite_manifest(p, edit):
-    m = json.loads((p / "manifest.json").read_text())
-    edit(m)
-    m.pop("checksum", None)
-    m["checksum"] = atomic.json_checksum(m)
-    (p / "manifest.json").write_text(json.dumps(m))
+    rewrite_json(p / "manifest.json", edit)
 
 
 @pytest.mark.parametrize("edit,field", [

@@ -41,7 +41,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["FAULT_HOOK", "fsync_dir", "json_checksum", "recover", "save_dir", "write_file"]
+__all__ = ["FAULT_HOOK", "fsync_dir", "json_checksum", "read_manifest_json", "recover", "save_dir", "write_file"]
 
 FAULT_HOOK: Callable[[str], None] | None = None
 """Test seam: called with the name of every step of a save before the step runs (fault injection)."""
@@ -64,6 +64,37 @@ def json_checksum(doc: object) -> str:
     """
     text = json.dumps(doc, sort_keys=True, ensure_ascii=True, separators=(",", ":"), allow_nan=False)
     return "sha256:" + hashlib.sha256(text.encode("ascii")).hexdigest()
+
+
+def read_manifest_json(raw: bytes, where: str, *, fmt: str, version: int, error: type[Exception],
+                       what: str, hint: str, checksum_since: int = 2) -> dict:
+    """Parse a save's manifest and check its ``format``, ``version`` and (from version
+    ``checksum_since`` on) its ``checksum`` (:func:`json_checksum` of everything else).
+
+    Raises ``error`` naming ``where`` (the file) and what is wrong; ``what`` names the kind of save
+    (``"LiquidGraph save"``), ``hint`` says what to do instead of editing the file by hand.
+    """
+    try:
+        doc = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise error(f"{where} is corrupt or truncated ({exc}); restore it from a backup") from exc
+    if not isinstance(doc, dict) or doc.get("format") != fmt:
+        found = doc.get("format") if isinstance(doc, dict) else type(doc).__name__
+        raise error(f"{where} holds format {found!r}, not {fmt!r}: not a {what}")
+    ver = doc.get("version")
+    if isinstance(ver, bool) or not isinstance(ver, int):
+        raise error(f"{where}: field 'version' must be an integer, got {ver!r}")
+    if not 1 <= ver <= version:
+        raise error(f"{where} has format version {ver}; this mags_lib reads versions 1..{version} "
+                    "(upgrade mags_lib to read newer saves)")
+    if ver >= checksum_since:
+        try:
+            ok = doc.get("checksum") == json_checksum({k: v for k, v in doc.items() if k != "checksum"})
+        except ValueError:
+            ok = False
+        if not ok:
+            raise error(f"{where} fails its checksum: the file was edited or is corrupt. {hint}")
+    return doc
 
 
 def fsync_dir(path: Path) -> None:

@@ -191,28 +191,9 @@ def _manifest(files: Mapping, where: str) -> dict:
     except KeyError:
         raise GraphFormatError(f"{where} has no manifest.json: not a saved LiquidGraph (or the save was "
                                "interrupted)") from None
-    try:
-        manifest = json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise GraphFormatError(f"{mname} is corrupt or truncated ({exc}); restore it from a backup") from exc
-    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT_NAME:
-        fmt = manifest.get("format") if isinstance(manifest, dict) else type(manifest).__name__
-        raise GraphFormatError(f"{mname} holds format {fmt!r}, not {FORMAT_NAME!r}: not a LiquidGraph save")
-    ver = manifest.get("version")
-    if isinstance(ver, bool) or not isinstance(ver, int):
-        raise _fail(mname, f"field 'version' must be an integer, got {ver!r}")
-    if ver > FORMAT_VERSION or ver < 1:
-        raise GraphFormatError(f"{where} has format version {ver}; this mags_lib reads versions 1..{FORMAT_VERSION}"
-                               " (upgrade mags_lib to read newer saves)")
-    if ver >= 2:
-        body = {k: v for k, v in manifest.items() if k != "checksum"}
-        try:
-            ok = manifest.get("checksum") == atomic.json_checksum(body)
-        except ValueError:
-            ok = False
-        if not ok:
-            raise _fail(mname, "fails its checksum: the file was edited or is corrupt. To load with other "
-                        "settings, pass config= to LiquidGraph.load instead of editing the manifest")
+    manifest = atomic.read_manifest_json(
+        raw, mname, fmt=FORMAT_NAME, version=FORMAT_VERSION, error=GraphFormatError, what="LiquidGraph save",
+        hint="To load with other settings, pass config= to LiquidGraph.load instead of editing the manifest")
     for key in ("files", "embedder", "config"):
         if key not in manifest:
             raise _fail(mname, f"lacks the field {key!r}: corrupt manifest")
