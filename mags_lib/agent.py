@@ -843,8 +843,8 @@ def _read_mags_json(meta: Path) -> dict:
     from .graph import atomic
 
     state = atomic.read_manifest_json(
-        meta.read_bytes(), str(meta), fmt=_FORMAT, version=_FORMAT_VERSION, error=MAGSFormatError, what="MAGS save",
-        hint="To change settings, pass them to MAGS.load(path, field=value) instead of editing it")
+        meta.read_bytes(), str(meta), fmt=_FORMAT, version=_FORMAT_VERSION, error=MAGSFormatError,
+        what="MAGS save", hint="To change settings, pass them to MAGS.load(path, field=value) instead of editing it")
     if not isinstance(state.get("config"), dict):
         raise MAGSFormatError(f"{meta}: field 'config' must be an object of MAGSConfig fields, "
                               f"got {state.get('config')!r:.60}")

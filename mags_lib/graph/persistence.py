@@ -192,8 +192,8 @@ def _manifest(files: Mapping, where: str) -> dict:
         raise GraphFormatError(f"{where} has no manifest.json: not a saved LiquidGraph (or the save was "
                                "interrupted)") from None
     manifest = atomic.read_manifest_json(
-        raw, mname, fmt=FORMAT_NAME, version=FORMAT_VERSION, error=GraphFormatError, what="LiquidGraph save",
-        hint="To load with other settings, pass config= to LiquidGraph.load instead of editing the manifest")
+        raw, mname, fmt=FORMAT_NAME, version=FORMAT_VERSION, error=GraphFormatError,
+        what="LiquidGraph save", hint="To load with other settings, pass config= to LiquidGraph.load instead of editing the manifest")
     for key in ("files", "embedder", "config"):
         if key not in manifest:
             raise _fail(mname, f"lacks the field {key!r}: corrupt manifest")
