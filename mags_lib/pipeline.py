@@ -31,8 +31,9 @@ covers:
 
 * the notebook's cell types and sources (not outputs, ids or execution counts);
 * the parameters it receives;
-* the source of the library: every file under ``mags_lib/`` except byte code and this runner (see
-  :func:`library_hash` for why the whole library and not each notebook's imports);
+* the source of the library modules the notebook's kernel imported when it last ran (traced in the
+  kernel after every cell, so imports done inside functions or chosen by name count too), and every
+  file under ``mags_lib/`` that is not Python source (see :func:`library_digest`);
 * the files it declares as inputs (notebook metadata ``{"mags": {"inputs": ["data/raw/*.json",
   "{seed_path}"]}}``: glob patterns relative to the project root, a folder meaning every file
   under it, ``{name}`` replaced by the value of parameter ``name``, its default when not given);
@@ -41,7 +42,7 @@ covers:
 
 Progress
 --------
-While a notebook runs, the runner prints each code cell as it starts (``code cell 3/12 (cell 7):
+While a notebook runs, the runner prints each code cell as it starts (``code cell 3/12 (cell 7)
 <first line>``) and relays the kernel's stdout and stderr, indented, as they arrive: a ``tqdm``
 bar in a cell shows how far a long cell is. In these batch kernels ``tqdm.auto`` is the text bar
 (widgets would never reach a terminal or a log file), redrawn at most once a second.
@@ -89,7 +90,8 @@ __all__ = [
     "discover_notebooks",
     "input_hash",
     "inspect_parameters",
-    "library_hash",
+    "library_digest",
+    "library_files",
     "main",
     "notebook_matrix",
     "parse_value",
@@ -459,9 +461,8 @@ def validate_parameters(
 # --------------------------------------------------------------------------------------------
 
 LIBRARY_DIR = Path(__file__).resolve().parent
-"""The library whose source is part of every input hash (``mags_lib/``)."""
+"""The library whose source is part of the input hashes (``mags_lib/``)."""
 
-_LIBRARY_EXCLUDED = ("pipeline.py",)  # this runner: it passes parameters (hashed) and runs kernels
 _FIELD_RE = re.compile(r"\{(\w+)\}")
 
 
@@ -571,45 +572,60 @@ def _sha256_file(path: Path, h: Any) -> None:
             h.update(block)
 
 
-def library_hash(library_dir: Path | str | None = None) -> str:
-    """Content hash of the library: every file under ``mags_lib/`` (path and bytes).
-
-    Byte code (``__pycache__``, ``*.pyc``) and this runner are left out: the runner only passes
-    parameters, which are hashed on their own.
-
-    Why the whole library and not the modules each notebook imports: the input hash also chains
-    the hashes of every earlier notebook, so a notebook whose imports change re-runs itself and
-    everything after it. The first notebooks import most of the library (00 reaches the models,
-    backends, embedder and graph through ``repro``, ``embed`` and ``mags_lib.MAGS``; 10 reaches
-    data, evaluation, protocol and the agent), so tracing would spare a re-run of at most the
-    first notebook or two, while missing any dependency made at run time (the many imports done
-    inside functions, backends and reward functions chosen by name, files the library reads)
-    would skip a notebook whose results are stale. A re-run costs time; a wrong skip costs a
-    wrong table.
+def library_files(library_dir: Path | str | None = None) -> dict[str, str]:
+    """SHA-256 of every file of the library, byte code excluded: ``{relative posix path: hex}``.
 
     Parameters
     ----------
     library_dir : path, optional
         Defaults to :data:`LIBRARY_DIR`.
+    """
+    base = Path(library_dir) if library_dir is not None else LIBRARY_DIR
+    if not base.is_dir():
+        raise PipelineError(f"library folder {base} does not exist")
+    out = {}
+    for path in sorted(p for p in base.rglob("*") if p.is_file()):
+        rel = path.relative_to(base)
+        if "__pycache__" in rel.parts or path.suffix in (".pyc", ".pyo"):
+            continue
+        h = hashlib.sha256()
+        _sha256_file(path, h)
+        out[rel.as_posix()] = h.hexdigest()
+    return out
+
+
+def library_digest(files: Mapping[str, str], imported: Sequence[str] | None = None) -> str:
+    """Content hash of the library as one notebook run uses it.
+
+    Covers the modules the run imported and every file that is not Python source (data a module
+    may read). A module that no longer exists hashes as missing.
+
+    Why per notebook, and why traced at run time: a change to a module used only by late notebooks
+    (the game, the report) should not re-run hours of training. The chained upstream hashes already
+    re-run everything after the first notebook whose modules changed. The modules come from the
+    kernel's own ``sys.modules`` after each cell, not from reading the notebook's imports: the
+    library imports much inside functions, and picks backends and reward functions by name, which
+    no reading of the source would follow; a dependency missed would serve stale results. A
+    notebook that runs library code in another process declares those files as inputs.
+
+    Parameters
+    ----------
+    files : mapping
+        :func:`library_files`.
+    imported : sequence of str, optional
+        Relative paths of the modules the run imported; ``None`` means every module (a run not
+        traced yet).
 
     Returns
     -------
     str
         Hex SHA-256.
     """
-    base = Path(library_dir) if library_dir is not None else LIBRARY_DIR
-    if not base.is_dir():
-        raise PipelineError(f"library folder {base} does not exist")
+    chosen = set(files) if imported is None else set(imported) | {
+        f for f in files if not f.endswith(".py")}
     h = hashlib.sha256()
-    for path in sorted(p for p in base.rglob("*") if p.is_file()):
-        rel = path.relative_to(base)
-        if "__pycache__" in rel.parts or path.suffix in (".pyc", ".pyo"):
-            continue
-        if rel.as_posix() in _LIBRARY_EXCLUDED:
-            continue
-        h.update(rel.as_posix().encode() + b"\0")
-        _sha256_file(path, h)
-        h.update(b"\0")
+    for rel in sorted(chosen):
+        h.update(f"{rel}:{files.get(rel, 'missing')}\0".encode())
     return h.hexdigest()
 
 
@@ -632,7 +648,7 @@ def input_hash(nb: NotebookInfo, parameters: Mapping[str, Any], *, upstream: Seq
     root : path, optional
         Project root the input patterns are relative to.
     library : str, optional
-        :func:`library_hash` (computed when not given).
+        :func:`library_digest` of the run (default: of the whole library).
     specs : mapping, optional
         ``inspect_parameters(nb.path)`` (read when an input pattern needs a default).
 
@@ -649,7 +665,7 @@ def input_hash(nb: NotebookInfo, parameters: Mapping[str, Any], *, upstream: Seq
     for cell in doc.cells:
         h.update(cell.cell_type.encode() + b"\0" + cell.source.encode() + b"\0")
     h.update(json.dumps(dict(parameters), sort_keys=True, default=str).encode())
-    h.update(f"library:{library if library is not None else library_hash()}\0".encode())
+    h.update(f"library:{library if library is not None else library_digest(library_files())}\0".encode())
     for pattern in declared_inputs(nb, parameters, specs):
         matches = sorted(glob.glob(str(root / pattern), recursive=True))
         files = [Path(m) for m in matches if Path(m).is_file()]
@@ -786,9 +802,24 @@ BATCH_ENV = {"TQDM_MININTERVAL": "1"}
 # Run in every batch kernel before the first cell: tqdm.auto picks ipywidgets bars inside a kernel,
 # which reach neither the runner's output nor a log file; the text bar writes to stderr, which the
 # runner relays (and which the executed copy keeps, with its final state).
-_KERNEL_EXEC_LINES = ("import tqdm.auto, tqdm.autonotebook, tqdm.std; "
-                      "tqdm.auto.tqdm = tqdm.autonotebook.tqdm = tqdm.std.tqdm; "
-                      "tqdm.auto.trange = tqdm.autonotebook.trange = tqdm.std.trange")
+_KERNEL_TQDM = ("import tqdm.auto, tqdm.autonotebook, tqdm.std; "
+                "tqdm.auto.tqdm = tqdm.autonotebook.tqdm = tqdm.std.tqdm; "
+                "tqdm.auto.trange = tqdm.autonotebook.trange = tqdm.std.trange")
+# ... and, after every cell, the library modules imported so far, into a file the runner reads
+_KERNEL_TRACE = """def _mags_install(library, out):
+    import os, sys
+    library = os.path.realpath(library) + os.sep
+    def trace(*_):
+        files = set()
+        for module in list(sys.modules.values()):
+            f = getattr(module, "__file__", None)
+            if f and os.path.realpath(f).startswith(library):
+                files.add(os.path.relpath(os.path.realpath(f), library).replace(os.sep, "/"))
+        with open(out, "w") as fh:
+            fh.write("\\n".join(sorted(files)))
+    get_ipython().events.register("post_run_cell", trace)
+_mags_install({library!r}, {out!r})
+del _mags_install"""
 
 
 def _check_run_tag(run_tag: str) -> None:
@@ -991,7 +1022,7 @@ def run_pipeline(
     log : text stream, optional
         Where progress and status lines go (default ``sys.stderr``).
     library_dir : path, optional
-        The library whose source is hashed (default :data:`LIBRARY_DIR`).
+        The library whose imported modules are traced and hashed (default :data:`LIBRARY_DIR`).
 
     Returns
     -------
@@ -1029,7 +1060,8 @@ def run_pipeline(
             for job in _expand(nb, matrices[nb.name], per_nb[nb.name], params)]
     for job in jobs:  # a bad input pattern is a usage error: report it before anything runs
         declared_inputs(job.nb, job.params, specs[job.nb.name])
-    library = library_hash(library_dir)
+    library_dir = Path(library_dir).resolve() if library_dir is not None else LIBRARY_DIR
+    library = library_files(library_dir)  # one snapshot of the sources, before anything runs
 
     run_dir = results_root / run_tag
     state_path = run_dir / _STATE_FILE
@@ -1043,12 +1075,12 @@ def run_pipeline(
         state = {"version": _STATE_VERSION, "run_tag": run_tag, "profile": profile,
                  "created": _now(), "notebooks": {}}
     state.update(seed=seed, updated=_now(), command=list(command) if command else None,
-                 results_root=str(results_root), library_hash=library)
+                 results_root=str(results_root))
     _write_json_atomic(state_path, state)
 
     with _kernel_env(results_root):
         _run_jobs(jobs, all_nbs, matrices, specs, state, state_path, run_dir, results_root,
-                  library, force=force, progress=progress, kernel_name=kernel_name,
+                  library, library_dir, force=force, progress=progress, kernel_name=kernel_name,
                   log=log if log is not None else sys.stderr)
     return state
 
@@ -1067,8 +1099,8 @@ def _upstream(nb: NotebookInfo, all_nbs: Sequence[NotebookInfo], matrices: Mappi
     return out
 
 
-def _run_jobs(jobs, all_nbs, matrices, specs, state, state_path, run_dir, results_root, library, *,
-              force, progress, kernel_name, log) -> None:
+def _run_jobs(jobs, all_nbs, matrices, specs, state, state_path, run_dir, results_root, library,
+              library_dir, *, force, progress, kernel_name, log) -> None:
     """Execute (or skip) each run, recording it in ``state``; see run_pipeline."""
     import papermill
     from papermill.exceptions import PapermillExecutionError
@@ -1080,25 +1112,33 @@ def _run_jobs(jobs, all_nbs, matrices, specs, state, state_path, run_dir, result
     records: dict[str, dict] = state["notebooks"]
     for n, job in enumerate(jobs, 1):
         nb = job.nb
-        key = input_hash(nb, job.params, upstream=_upstream(nb, all_nbs, matrices, records),
-                         library=library, specs=specs[nb.name])
+        upstream = _upstream(nb, all_nbs, matrices, records)
+
+        def key_for(imported: Sequence[str] | None) -> str:
+            return input_hash(nb, job.params, upstream=upstream, specs=specs[nb.name],  # noqa: B023
+                              library=library_digest(library, imported))
+
         out_dir = job.out_dir(run_dir)
         out_nb = out_dir / f"{nb.name}.ipynb"
         prev = records.get(job.key, {})
-        if (not force and prev.get("status") == "done" and prev.get("input_hash") == key
-                and out_nb.exists()):
+        # the modules this run imported last time decide whether it is up to date
+        if (not force and prev.get("status") == "done" and "library_modules" in prev
+                and prev.get("input_hash") == key_for(prev["library_modules"]) and out_nb.exists()):
             say(f"[skip {n}/{len(jobs)}] {job.key}: done with the same parameters and inputs "
                 f"({prev.get('wall_time_s')} s on {prev.get('finished_at')})")
             continue
         out_dir.mkdir(parents=True, exist_ok=True)
-        rec = {"status": "running", "notebook": nb.name, "parameters": job.params, "input_hash": key,
-               "started_at": _now(), "output": str(out_nb.relative_to(results_root))}
+        rec = {"status": "running", "notebook": nb.name, "parameters": job.params,
+               "input_hash": key_for(None), "started_at": _now(),
+               "output": str(out_nb.relative_to(results_root))}
         if job.point:
             rec["matrix"] = job.point
         records[job.key] = rec
         _write_json_atomic(state_path, state)
         say(f"[run {n}/{len(jobs)}] {job.key} -> {out_dir}")
         relay = _Relay(log) if progress else None
+        trace = out_dir / f".{nb.name}.imports.tmp"
+        trace.unlink(missing_ok=True)
         t0 = time.perf_counter()
         error: BaseException | None = None
         with _PeakMemory() as mem:
@@ -1113,7 +1153,9 @@ def _run_jobs(jobs, all_nbs, matrices, specs, state, state_path, run_dir, result
                     # unencrypted (it is loopback) and logs the interrupt jupyter_client sends at
                     # shutdown. Cell errors are unaffected: they come back as outputs.
                     extra_arguments=["--IPKernelApp.log_level=CRITICAL",
-                                     f"--IPKernelApp.exec_lines={_KERNEL_EXEC_LINES}"],
+                                     f"--IPKernelApp.exec_lines={_KERNEL_TQDM}",
+                                     "--IPKernelApp.exec_lines="
+                                     + _KERNEL_TRACE.format(library=str(library_dir), out=str(trace))],
                 )
             except BaseException as exc:  # noqa: BLE001 - recorded, then re-raised below
                 error = exc
@@ -1126,9 +1168,13 @@ def _run_jobs(jobs, all_nbs, matrices, specs, state, state_path, run_dir, result
             if problem:
                 say(f"  note: could not mark {out_nb.name} trusted ({problem}); JupyterLab hides its "
                     f"interactive pictures until you run: jupyter trust {out_nb}")
+        imported = trace.read_text().split() if trace.exists() else None
+        trace.unlink(missing_ok=True)
         if error is None:
             rec["status"] = "done"
             rec.pop("error", None)
+            if imported is not None:
+                rec.update(library_modules=imported, input_hash=key_for(imported))
             _write_json_atomic(state_path, state)
             say(f"[done {n}/{len(jobs)}] {job.key}: {rec['wall_time_s']} s, kernel peak "
                 f"{rec['peak_mem_mb']} MB -> {out_nb}")

@@ -475,49 +475,66 @@ def test_run_dir_takes_a_matrix_subfolder(tmp_path):
 # --- the library's source and parameter-named inputs are part of the input hash ----------------
 
 
-def test_library_hash_follows_content_only(tmp_path):
+def test_library_digest_follows_the_imported_modules_content_only(tmp_path):
     lib = tmp_path / "lib"
     shutil.copytree(pipeline.LIBRARY_DIR, lib, ignore=shutil.ignore_patterns("__pycache__"))
-    h0 = pipeline.library_hash(lib)
-    assert h0 == pipeline.library_hash()  # the same files give the same hash, wherever they lie
+    files = pipeline.library_files(lib)
+    assert files == pipeline.library_files()  # the same files give the same hashes, wherever they lie
+    used = ["__init__.py", "repro.py", "models.py"]
+    d0 = pipeline.library_digest(files, used)
     (lib / "__pycache__").mkdir(exist_ok=True)
     (lib / "__pycache__" / "x.cpython-311.pyc").write_bytes(b"junk")
-    os.utime(lib / "protocol.py", (1, 1))
-    assert pipeline.library_hash(lib) == h0  # byte code and modification times do not count
-    (lib / "pipeline.py").write_text("# the runner itself is left out\n")
-    assert pipeline.library_hash(lib) == h0
+    os.utime(lib / "repro.py", (1, 1))
+    assert pipeline.library_digest(pipeline.library_files(lib), used) == d0  # byte code, mtimes: no
     (lib / "graph" / "viz.py").write_text((lib / "graph" / "viz.py").read_text() + "\n# edited\n")
-    h1 = pipeline.library_hash(lib)
-    assert h1 != h0  # a change deep in a subpackage counts
-    (lib / "graph" / "new_module.py").write_text("")
-    assert pipeline.library_hash(lib) != h1  # and so does a new (even empty) file
+    assert pipeline.library_digest(pipeline.library_files(lib), used) == d0  # a module not imported
+    assert pipeline.library_digest(pipeline.library_files(lib)) != pipeline.library_digest(files)  # all
+    (lib / "repro.py").write_text((lib / "repro.py").read_text() + "\n# edited\n")
+    d1 = pipeline.library_digest(pipeline.library_files(lib), used)
+    assert d1 != d0  # an imported module
+    (lib / "templates.json").write_text("{}")
+    assert pipeline.library_digest(pipeline.library_files(lib), used) != d1  # data the library may read
+    (lib / "models.py").unlink()
+    assert pipeline.library_digest(pipeline.library_files(lib), used) != d1  # an imported module gone
 
 
-def test_editing_the_library_reruns_the_notebooks_that_use_it(tmp_path, monkeypatch, capsys):
-    """Without the library in the hash the second run would skip and keep the stale ``1``."""
+def test_editing_the_library_reruns_the_notebooks_that_import_it(tmp_path, monkeypatch, capsys):
+    """Each run is keyed by the library modules its kernel imported, traced at run time: the module
+    a function imports when called (``lazy``) counts, one nothing imports (``unused``) does not.
+    Without the library in the hash the re-run would be skipped and keep the stale value."""
     lib = tmp_path / "site" / "fixturelib"
     lib.mkdir(parents=True)
-    (lib / "__init__.py").write_text("VALUE = 1\n")
+    (lib / "__init__.py").write_text("")
+    (lib / "used.py").write_text("def value():\n    from . import lazy\n    return lazy.VALUE\n")
+    (lib / "lazy.py").write_text("VALUE = 1\n")
+    (lib / "unused.py").write_text("X = 0\n")
     monkeypatch.setenv("PYTHONPATH", str(lib.parent))  # the kernels import fixturelib from there
     nbs = tmp_path / "nbs"
-    write_nb(nbs / "00_use.ipynb", "",
-             "import fixturelib\nfrom mags_lib import repro\n"
-             "(repro.run_dir(run_tag, '00_use') / 'value.txt').write_text(str(fixturelib.VALUE))")
+    write_nb(nbs / "00_other.ipynb", "", "x = 1")  # imports nothing of fixturelib
+    write_nb(nbs / "10_use.ipynb", "",
+             "from fixturelib import used\nfrom mags_lib import repro\n"
+             "(repro.run_dir(run_tag, '10_use') / 'value.txt').write_text(str(used.value()))")
     kw = {"profile": "smoke", "notebooks_dir": nbs, "results_root": tmp_path / "results", "progress": False,
-              "library_dir": lib}
-    value = tmp_path / "results" / "smoke" / "00_use" / "value.txt"
-    s1 = pipeline.run_pipeline(**kw)
-    assert value.read_text() == "1"
-    first = s1["notebooks"]["00_use"]["started_at"], s1["notebooks"]["00_use"]["input_hash"]
-    capsys.readouterr()
-    pipeline.run_pipeline(**kw)
-    assert "[skip 1/1] 00_use" in capsys.readouterr().err  # nothing changed: skipped
-    (lib / "__init__.py").write_text("VALUE = 2\n")
-    s3 = pipeline.run_pipeline(**kw)
-    assert "[run 1/1] 00_use" in capsys.readouterr().err
-    assert value.read_text() == "2"  # re-run on the edited library, not served stale
-    assert s3["notebooks"]["00_use"]["input_hash"] != first[1]
-    assert s3["library_hash"] == pipeline.library_hash(lib)
+          "library_dir": lib}
+    value = tmp_path / "results" / "smoke" / "10_use" / "value.txt"
+
+    def run():
+        capsys.readouterr()
+        state = pipeline.run_pipeline(**kw)
+        err = capsys.readouterr().err
+        return state, re.findall(r"\[run \d+/\d+\] (\S+)", err)  # the runs it executed
+
+    s1, ran = run()
+    assert ran == ["00_other", "10_use"] and value.read_text() == "1"
+    assert s1["notebooks"]["10_use"]["library_modules"] == ["__init__.py", "lazy.py", "used.py"]
+    assert s1["notebooks"]["00_other"]["library_modules"] == []
+    assert run()[1] == []  # nothing changed
+    (lib / "unused.py").write_text("X = 1\n")
+    assert run()[1] == []  # a module no notebook imported
+    (lib / "lazy.py").write_text("VALUE = 2\n")
+    s4, ran = run()
+    assert ran == ["10_use"] and value.read_text() == "2"  # imported inside a function: traced all the same
+    assert s4["notebooks"]["00_other"] == s1["notebooks"]["00_other"]
 
 
 def test_declared_inputs_name_parameters(tmp_path):
