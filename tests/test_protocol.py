@@ -118,6 +118,14 @@ _short_write = st.builds("<memory_write>{},{}</memory_write>".format, _piece, _p
 _noise = st.sampled_from(["<memory_ask>", "</memory_ask>", "<memory_write>", "</memory_write>", "<MEMORY_ASK>",
                           "</memory_ask >", "<", ">", ",", " ", "\n", "\u3000", "x", "Sure! "])
 _soup = st.lists(st.one_of(_ask_tag, _write_tag, _short_write, _noise, _piece), max_size=8).map("".join)
+# ... and text that follows the rules (non-blank fields, any whitespace around and between tags), which
+# the soup rarely is: the parser must accept it and return exactly its ops
+_word = st.text(alphabet=_NO_TAGS, min_size=1, max_size=6).filter(str.strip)
+_ws = st.text(alphabet=st.sampled_from([" ", "\n", "\t", "\r", "\u3000", "\x0b"]), max_size=3)
+_valid = st.builds(lambda parts, tail: "".join(w + t for w, t in parts) + tail,
+                   st.lists(st.tuples(_ws, st.one_of(st.builds("<memory_ask>{}</memory_ask>".format, _word),
+                                                     st.builds("<memory_write>{},{},{}</memory_write>".format,
+                                                               _word, _word, _word))), max_size=5), _ws)
 _STRICT_TAG = re.compile(r"<(memory_ask|memory_write)>([^<>]*)</\1>")
 
 
@@ -150,7 +158,7 @@ def _ops(parsed):
     return [(op.role, op.triplet if op.role == "write" else op.content) for op in parsed.ops]
 
 
-@given(_soup, st.sampled_from(["ask", "write", None]))
+@given(st.one_of(_soup, _valid), st.sampled_from(["ask", "write", None]))
 @settings(max_examples=600, deadline=None)
 def test_strict_parse_agrees_with_the_rules(text, role):
     ok, ops = _reference_strict(text, role)
