@@ -64,6 +64,7 @@ import contextlib
 import dataclasses
 import datetime as _dt
 import difflib
+import functools
 import glob
 import hashlib
 import io
@@ -1099,6 +1100,13 @@ def _upstream(nb: NotebookInfo, all_nbs: Sequence[NotebookInfo], matrices: Mappi
     return out
 
 
+def _run_key(job: _Job, upstream: Sequence[str], specs: Mapping[str, dict], library: Mapping[str, str],
+             imported: Sequence[str] | None) -> str:
+    """The input hash of a run, given the library modules it imports (``None``: all of them)."""
+    return input_hash(job.nb, job.params, upstream=upstream, specs=specs,
+                      library=library_digest(library, imported))
+
+
 def _run_jobs(jobs, all_nbs, matrices, specs, state, state_path, run_dir, results_root, library,
               library_dir, *, force, progress, kernel_name, log) -> None:
     """Execute (or skip) each run, recording it in ``state``; see run_pipeline."""
@@ -1113,11 +1121,7 @@ def _run_jobs(jobs, all_nbs, matrices, specs, state, state_path, run_dir, result
     for n, job in enumerate(jobs, 1):
         nb = job.nb
         upstream = _upstream(nb, all_nbs, matrices, records)
-
-        def key_for(imported: Sequence[str] | None) -> str:
-            return input_hash(nb, job.params, upstream=upstream, specs=specs[nb.name],  # noqa: B023
-                              library=library_digest(library, imported))
-
+        key_for = functools.partial(_run_key, job, upstream, specs[nb.name], library)
         out_dir = job.out_dir(run_dir)
         out_nb = out_dir / f"{nb.name}.ipynb"
         prev = records.get(job.key, {})
@@ -1168,13 +1172,16 @@ def _run_jobs(jobs, all_nbs, matrices, specs, state, state_path, run_dir, result
             if problem:
                 say(f"  note: could not mark {out_nb.name} trusted ({problem}); JupyterLab hides its "
                     f"interactive pictures until you run: jupyter trust {out_nb}")
-        imported = trace.read_text().split() if trace.exists() else None
+        imported = trace.read_text().splitlines() if trace.exists() else None
         trace.unlink(missing_ok=True)
         if error is None:
             rec["status"] = "done"
             rec.pop("error", None)
             if imported is not None:
                 rec.update(library_modules=imported, input_hash=key_for(imported))
+            else:
+                say(f"  note: the kernel did not report the library modules it imported; {job.key} "
+                    "will run again next time")
             _write_json_atomic(state_path, state)
             say(f"[done {n}/{len(jobs)}] {job.key}: {rec['wall_time_s']} s, kernel peak "
                 f"{rec['peak_mem_mb']} MB -> {out_nb}")
