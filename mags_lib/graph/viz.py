@@ -1,8 +1,9 @@
 """Pictures of the Liquid Knowledge Graph: offline pyvis HTML, matplotlib figures, an ipywidgets explorer.
 
 * :func:`to_html` -- interactive vis-network page built with pyvis, the vis-network JavaScript and
-  CSS inlined and pyvis's CDN links (Bootstrap) removed: the page makes no outside request, so it
-  works offline and inside a notebook (:func:`show` wraps it in an ``iframe srcdoc``);
+  CSS inlined and everything pyvis links removed (Bootstrap from a CDN, a commented-out local
+  stylesheet): the page links nothing (:func:`linked_resources`), so it works offline and inside a
+  notebook (:func:`show` wraps it in an ``iframe srcdoc``);
 * :func:`draw` -- the same picture with matplotlib (for reports);
 * :func:`plot_strengths`, :func:`plot_curve`, :func:`draw_kcore_shells` -- figures of the
   dynamics notebook;
@@ -32,7 +33,7 @@ __all__ = [
     "draw",
     "draw_kcore_shells",
     "explorer",
-    "find_external_urls",
+    "linked_resources",
     "plot_curve",
     "plot_strengths",
     "save_html",
@@ -55,17 +56,53 @@ COLORS = {
     "faded": "#e6e6e6",
 }
 
-_EXTERNAL = re.compile(r"""(?:src|href)\s*=\s*["']?\s*(?:https?:)?//""", re.IGNORECASE)
-_BOOTSTRAP_LINK = re.compile(r"<link[^>]*https?://[^>]*>\s*", re.IGNORECASE | re.DOTALL)
-_REMOTE_SCRIPT = re.compile(r"<script[^>]*src\s*=\s*[\"']https?://[^>]*>\s*</script>\s*", re.IGNORECASE | re.DOTALL)
+_CODE_BLOCK = re.compile(r"<(script|style)\b[^>]*>.*?</\1\s*>", re.IGNORECASE | re.DOTALL)
+_OPEN_TAG = re.compile(r"<(?:script|style)\b[^>]*>", re.IGNORECASE)
+_ATTRIBUTE = re.compile(r"""\b(?:src|href)\s*=\s*["']?([^"'\s>]*)""", re.IGNORECASE)
+_COMMENT = re.compile(r"<!--.*?-->", re.DOTALL)
 
 
-def find_external_urls(page: str) -> list[str]:
-    """``src``/``href`` attributes of a page that point to another machine (empty list: offline page)."""
+def _markup_and_code(page: str) -> list[tuple[bool, str]]:
+    """The page cut into markup (``False``) and ``<script>``/``<style>`` blocks (``True``)."""
+    parts, pos = [], 0
+    for m in _CODE_BLOCK.finditer(page):
+        parts += [(False, page[pos:m.start()]), (True, m.group(0))]
+        pos = m.end()
+    return parts + [(False, page[pos:])]
+
+
+def linked_resources(page: str) -> list[str]:
+    """Every ``src``/``href`` of a page's markup, comments included: what it would (or, once a comment
+    is lifted, could) load from elsewhere. The code of inline scripts and styles is not markup.
+
+    An empty list means the page is self-contained: it works offline and inside a notebook.
+
+    Examples
+    --------
+    >>> linked_resources('<p>x</p><script>var a = "<img src=y>";</script>')
+    []
+    >>> linked_resources('<link href="https://cdn.example/b.css"><!-- <script src="v.js"></script> -->')
+    ['https://cdn.example/b.css', 'v.js']
+    """
+    found = []
+    for is_code, text in _markup_and_code(page):
+        markup = _OPEN_TAG.match(text).group(0) if is_code else text
+        found += _ATTRIBUTE.findall(markup)
+    return found
+
+
+def _inline_only(page: str) -> str:
+    """pyvis's page without what it links: its Bootstrap stylesheet and script (from a CDN), and a
+    comment holding a stylesheet and script of a local ``node_modules``. Everything the picture needs
+    (vis-network's code and style) is inlined already."""
     out = []
-    for m in re.finditer(r"""(?:src|href)\s*=\s*["']?\s*((?:https?:)?//[^"'\s>]+)""", page, re.IGNORECASE):
-        out.append(m.group(1))
-    return out
+    for is_code, text in _markup_and_code(page):
+        if is_code:
+            out.append("" if _ATTRIBUTE.search(_OPEN_TAG.match(text).group(0)) else text)
+        else:
+            text = _COMMENT.sub(lambda m: "" if _ATTRIBUTE.search(m.group(0)) else m.group(0), text)
+            out.append(re.sub(r"<link\b[^>]*>", "", text, flags=re.IGNORECASE))
+    return "".join(out)
 
 
 def _trace_of(trace) -> RecallTrace | None:
@@ -207,19 +244,17 @@ def to_pyvis(g, trace=None, *, max_nodes: int = 150, include_invalid: bool = Fal
 
 
 def to_html(g, trace=None, *, title: str | None = None, **kw) -> str:
-    """Self-contained offline HTML page (vis-network inlined, no outside request).
+    """Self-contained offline HTML page: vis-network's code and style inlined, nothing linked.
 
     Keyword arguments go to :func:`to_pyvis`.
     """
     net = to_pyvis(g, trace, **kw)
-    page = net.generate_html(notebook=False)
-    page = _BOOTSTRAP_LINK.sub("", page)
-    page = _REMOTE_SCRIPT.sub("", page)
+    page = _inline_only(net.generate_html(notebook=False))
     if title:
         page = page.replace("<h1></h1>", f"<h3>{_html.escape(title)}</h3>", 1)
-    bad = find_external_urls(page)
+    bad = linked_resources(page)
     if bad:  # a pyvis update added a link we do not know how to strip: fail loudly, never leak requests
-        raise RuntimeError(f"pyvis page still references outside resources: {bad[:3]}")
+        raise RuntimeError(f"pyvis page still links resources: {bad[:3]}")
     return page
 
 
