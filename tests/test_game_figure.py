@@ -6,11 +6,11 @@ import matplotlib
 
 matplotlib.use("Agg")
 
-import matplotlib.pyplot as plt  # noqa: E402
-import pytest  # noqa: E402
+import matplotlib.pyplot as plt
+import pytest
 
-from mags_lib.embed import HashEmbedder  # noqa: E402
-from mags_lib.graph import LiquidGraph, viz  # noqa: E402
+from mags_lib.embed import HashEmbedder
+from mags_lib.graph import LiquidGraph, viz
 
 
 @pytest.fixture
@@ -44,8 +44,8 @@ def test_only_the_recalled_subgraph_with_the_query_as_title_and_no_overlaps(memo
 
 def test_overlap_check_can_fail():
     fig, ax = plt.subplots()
-    ax.text(0.5, 0.5, "one label", bbox=dict(boxstyle="round"))
-    ax.text(0.51, 0.5, "another label", bbox=dict(boxstyle="round"))
+    ax.text(0.5, 0.5, "one label", bbox={"boxstyle": "round"})
+    ax.text(0.51, 0.5, "another label", bbox={"boxstyle": "round"})
     assert viz.text_overlaps(ax) == [("one label", "another label")]
     plt.close(fig)
 

@@ -52,6 +52,8 @@ ABSTAIN_CASES = [
     ("", False),  # saying nothing is not abstaining
     ("knowledge is power", False),  # 'know' inside another word
     ("I know it: Porto", False),  # knowing is not abstaining
+    ("A piano idea", False),  # whole words only: 'pia-no idea' does not say 'no idea'
+    ("Unknownland", False),  # 'unknown' inside a name
 ]
 
 

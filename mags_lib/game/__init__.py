@@ -16,7 +16,15 @@
 True
 """
 
-from .generate import FAMILIES, GeneratorConfig, game_registry, generate_scenario, generate_scenarios, generator_config
+from .generate import (
+    FAMILIES,
+    GeneratorConfig,
+    evaluation_scenarios,
+    game_registry,
+    generate_scenario,
+    generate_scenarios,
+    generator_config,
+)
 from .quality import operation_quality, quality_rates
 from .report import (
     accuracy_table,
@@ -29,6 +37,7 @@ from .report import (
     plot_curve,
     plot_growth,
     quality_table,
+    summary_metrics,
 )
 from .run import (
     ABLATIONS,
@@ -37,6 +46,7 @@ from .run import (
     ablation_systems,
     evaluate_systems,
     make_config,
+    profile_base,
     resolve_systems,
     run_scenario,
     sweep_systems,
@@ -60,9 +70,9 @@ from .score import ABSTAIN_PHRASES, abstains, is_correct, matched_alias, normali
 __all__ = [
     "ABLATIONS", "ABSTAIN_PHRASES", "FAMILIES", "KINDS", "SYSTEMS", "Event", "GameResults", "GeneratorConfig",
     "GoldEntity", "GoldFact", "Scenario", "ScenarioError", "ablation_systems", "abstains", "accuracy_table",
-    "by_changes", "by_distance", "difference_table", "evaluate_systems", "example_scenarios", "game_registry",
+    "by_changes", "by_distance", "difference_table", "evaluate_systems", "evaluation_scenarios", "example_scenarios", "game_registry",
     "generate_scenario", "generate_scenarios", "generator_config", "growth_table", "is_correct", "latency_table",
     "load_scenario", "load_scenarios", "make_config", "matched_alias", "normalize", "operation_quality",
-    "plot_accuracy", "plot_curve", "plot_growth", "quality_rates", "quality_table", "resolve_systems",
-    "run_scenario", "save_scenario", "scenario_from_dict", "sweep_systems", "system_status",
+    "plot_accuracy", "plot_curve", "plot_growth", "profile_base", "quality_rates", "quality_table", "resolve_systems",
+    "run_scenario", "save_scenario", "scenario_from_dict", "summary_metrics", "sweep_systems", "system_status",
 ]

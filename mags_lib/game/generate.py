@@ -40,8 +40,16 @@ from ..data import templates as T
 from ..data.worlds import Fact, NameRegistry, World, WorldConfig, draw_value, generate_world
 from .scenario import KINDS, Event, GoldEntity, GoldFact, Scenario
 
-__all__ = ["FAMILIES", "GeneratorConfig", "generate_scenario", "generate_scenarios", "generator_config",
-           "game_registry", "training_names"]
+__all__ = [
+    "FAMILIES",
+    "GeneratorConfig",
+    "evaluation_scenarios",
+    "game_registry",
+    "generate_scenario",
+    "generate_scenarios",
+    "generator_config",
+    "training_names",
+]
 
 FAMILIES: dict[str, tuple[str, ...]] = {
     "creatures": ("species",),
@@ -109,8 +117,9 @@ class GeneratorConfig:
 def generator_config(profile: str = "default", seed: int = 0, **overrides) -> GeneratorConfig:
     """The generator configuration of a profile: ``smoke`` makes tiny scenarios (about 10 events)."""
     if profile == "smoke":  # a smoke game meets smoke-trained models only
-        base = dict(train_profiles=("smoke",), n_scenarios=2, n_facts=(2, 3), n_update_chains=(1, 1), max_changes=1, n_recall=1,
-                    n_multihop=0, n_abstain=1, retention_distances=(2,), two_fact_prob=0.0, filler_prob=0.0)
+        base = {"train_profiles": ("smoke",), "n_scenarios": 2, "n_facts": (2, 3), "n_update_chains": (1, 1),
+                "max_changes": 1, "n_recall": 1, "n_multihop": 0, "n_abstain": 1, "retention_distances": (2,),
+                "two_fact_prob": 0.0, "filler_prob": 0.0}
     elif profile in ("default", "full"):
         base = {"n_scenarios": 40 if profile == "default" else 200}
     else:
@@ -502,3 +511,27 @@ def generate_scenarios(config: GeneratorConfig | None = None) -> list[Scenario]:
     cfg = config or GeneratorConfig()
     reg = game_registry(cfg)
     return [generate_scenario(i, cfg, reg) for i in range(cfg.n_scenarios)]
+
+
+def evaluation_scenarios(profile: str = "default", seed: int = 0, n_scenarios: int | None = None, *,
+                         examples: bool = True, out_dir=None) -> list[Scenario]:
+    """The scenarios a game run evaluates: generated ones (profile sizes) plus the example files.
+
+    The examples of ``../shared/scenarios/`` are optional (one line says when they are skipped)
+    and left out of the smoke profile (too long for it). With ``out_dir`` every scenario is saved
+    there as JSON.
+    """
+    from .scenario import example_scenarios, save_scenario
+
+    over = {} if n_scenarios is None else {"n_scenarios": n_scenarios}
+    if profile == "smoke" and n_scenarios is not None:
+        over["n_scenarios"] = min(n_scenarios, 2)
+    scs = generate_scenarios(generator_config(profile, seed=seed, **over))
+    if examples and profile != "smoke":
+        scs += example_scenarios()
+    if out_dir is not None:
+        from pathlib import Path
+
+        for sc in scs:
+            save_scenario(sc, Path(out_dir) / f"{sc.name}.json")
+    return scs

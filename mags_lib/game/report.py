@@ -15,8 +15,20 @@ import numpy as np
 
 from .quality import QUALITY_COUNTS, quality_rates
 
-__all__ = ["accuracy_table", "bootstrap_ci", "by_changes", "by_distance", "difference_table", "growth_table",
-           "latency_table", "plot_accuracy", "plot_curve", "plot_growth", "quality_table"]
+__all__ = [
+    "accuracy_table",
+    "bootstrap_ci",
+    "by_changes",
+    "by_distance",
+    "difference_table",
+    "growth_table",
+    "latency_table",
+    "plot_accuracy",
+    "plot_curve",
+    "plot_growth",
+    "quality_table",
+    "summary_metrics",
+]
 
 
 def bootstrap_ci(correct: np.ndarray, total: np.ndarray, *, n_boot: int = 1000, seed: int = 0,
@@ -205,3 +217,22 @@ def plot_growth(growth, column: str, *, ax=None, title: str | None = None):
     if title:
         ax.set_title(title)
     return ax
+
+
+def summary_metrics(results, *, n_boot: int = 1000, seed: int = 0) -> dict:
+    """The ``metrics.json`` of a game run: accuracy per system and kind (with intervals), operation
+    quality rates per system, turn latency, skipped systems and errors."""
+    acc = accuracy_table(results.asks, n_boot=n_boot, seed=seed)
+    out: dict = {"accuracy": {}, "quality": {}, "latency": {}, "skipped": dict(results.skipped),
+                 "errors": [list(e) for e in results.errors],
+                 "n_scenarios": int(results.asks.scenario.nunique()) if len(results.asks) else 0}
+    for r in acc.itertuples():
+        out["accuracy"].setdefault(r.system, {})[r.kind] = {"accuracy": r.accuracy, "lo": r.lo, "hi": r.hi,
+                                                             "n_asks": int(r.n_asks)}
+    q = quality_table(results.quality)
+    for r in q.to_dict("records"):
+        out["quality"][r["system"]] = {k: v for k, v in r.items() if k.endswith("_rate")}
+    if len(results.turns):
+        for r in latency_table(results.turns).itertuples():
+            out["latency"].setdefault(r.system, {})[r.type] = {"p50_s": r.p50_s, "p95_s": r.p95_s}
+    return out

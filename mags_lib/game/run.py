@@ -56,6 +56,7 @@ __all__ = [
     "ablation_systems",
     "evaluate_systems",
     "make_config",
+    "profile_base",
     "resolve_systems",
     "run_scenario",
     "sweep_systems",
@@ -184,6 +185,26 @@ def system_status(spec: Mapping, base: Mapping | None = None) -> str | None:
 
 
 # ------------------------------------------------------------------------------------ the runner
+def _safe(name: str) -> str:
+    """A folder name for a system or scenario name (``recall_k=5`` stays readable)."""
+    return "".join(c if c.isalnum() or c in "-_=." else "_" for c in name) or "_"
+
+
+def profile_base(profile: str = "default", **overrides: Any) -> dict:
+    """Settings shared by every system of a game run (1 llama.cpp thread per process; smoke: short outputs).
+
+    >>> profile_base("smoke")["max_new_tokens_write"]
+    48
+    """
+    base: dict[str, Any] = {"n_threads": 1}
+    if profile == "smoke":
+        base.update(max_new_tokens_write=48, max_new_tokens_ask=24, max_new_tokens_answer=16)
+    elif profile not in ("default", "full"):
+        raise ValueError(f"unknown profile {profile!r}: smoke | default | full")
+    base.update(overrides)
+    return base
+
+
 def _graph_stats(m) -> dict:
     g = getattr(m, "graph", None)
     if g is None:
@@ -194,7 +215,7 @@ def _graph_stats(m) -> dict:
 
 def run_scenario(system: Mapping | str, scenario: Scenario, *, base: Mapping | None = None,
                  name: str | None = None, quality: bool = True, progress: bool = False,
-                 return_agent: bool = False) -> dict:
+                 save_dir: str | Path | None = None, return_agent: bool = False) -> dict:
     """Run one scenario through a fresh ``MAGS`` of ``system`` and record everything.
 
     Parameters
@@ -209,8 +230,10 @@ def run_scenario(system: Mapping | str, scenario: Scenario, *, base: Mapping | N
     quality : bool
         Compute :func:`~mags_lib.game.quality.operation_quality` when the scenario has ground truth
         and the system has a graph memory.
+    save_dir : path, optional
+        Save the final memory there (``MAGS.save``: reload it with ``MAGS.load`` for pictures).
     return_agent : bool
-        Also return the agent (key ``"agent"``; not closed, not picklable) for pictures.
+        Also return the agent (key ``"agent"``; not closed, not picklable).
 
     Returns
     -------
@@ -263,6 +286,8 @@ def run_scenario(system: Mapping | str, scenario: Scenario, *, base: Mapping | N
 
             q = {"system": name, "scenario": scenario.name, "family": family,
                  **operation_quality(m.graph, scenario)}
+        if save_dir is not None:
+            m.save(save_dir)
     except BaseException:
         m.close()
         raise
@@ -275,10 +300,11 @@ def run_scenario(system: Mapping | str, scenario: Scenario, *, base: Mapping | N
     return out
 
 
-def _task(name: str, spec: dict, scenario: Scenario, base: dict | None, quality: bool) -> dict:
+def _task(name: str, spec: dict, scenario: Scenario, base: dict | None, quality: bool,
+          save_dir: str | None) -> dict:
     try:
-        return run_scenario(spec, scenario, base=base, name=name, quality=quality)
-    except Exception as e:  # recorded and reported: a crash in one pair must not hide the others
+        return run_scenario(spec, scenario, base=base, name=name, quality=quality, save_dir=save_dir)
+    except Exception as e:  # noqa: BLE001 -- recorded and reported: one crashed pair must not hide the others
         return {"system": name, "scenario": scenario.name, "asks": [], "turns": [], "quality": None,
                 "seconds": 0.0, "error": f"{type(e).__name__}: {e}"}
 
@@ -314,7 +340,8 @@ class GameResults:
 
 def evaluate_systems(systems: str | Iterable[str] | Mapping[str, Mapping], scenarios: Iterable[Scenario], *,
                      base: Mapping | None = None, n_jobs: int = 1, backend: str | None = None,
-                     quality: bool = True, progress: bool = True) -> GameResults:
+                     quality: bool = True, save_memories: str | Path | None = None,
+                     progress: bool = True) -> GameResults:
     """Run every system on every scenario, in parallel over processes (joblib).
 
     Parameters
@@ -331,6 +358,8 @@ def evaluate_systems(systems: str | Iterable[str] | Mapping[str, Mapping], scena
         ``joblib.parallel_backend``: ``"ray"``, ``"dask"``...).
     quality : bool
         Operation quality of graph systems on scenarios with ground truth.
+    save_memories : path, optional
+        Save each final memory to ``<save_memories>/<system>/<scenario>/`` (``MAGS.load`` reads it).
     progress : bool
         A tqdm bar over (system, scenario) pairs.
 
@@ -357,9 +386,11 @@ def evaluate_systems(systems: str | Iterable[str] | Mapping[str, Mapping], scena
     results = []
     if tasks:
         par = Parallel(n_jobs=n_jobs, backend=backend, return_as="generator")
-        gen = par(delayed(_task)(n, specs[n], s, base, quality) for n, s in tasks)
-        for r in tqdm(gen, total=len(tasks), desc="game", disable=not progress):
-            results.append(r)
+        def where(n, s):
+            return None if save_memories is None else str(Path(save_memories) / _safe(n) / _safe(s.name))
+
+        gen = par(delayed(_task)(n, specs[n], s, base, quality, where(n, s)) for n, s in tasks)
+        results = list(tqdm(gen, total=len(tasks), desc="game", disable=not progress))
     errors = [(r["system"], r["scenario"], r["error"]) for r in results if r.get("error")]
     for e in errors:
         print(f"[game] {e[0]} on {e[1]} failed: {e[2]}")

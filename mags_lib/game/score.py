@@ -22,7 +22,7 @@ from collections.abc import Sequence
 
 from ..protocol import ABSTAIN_ANSWER, normalize_text
 
-__all__ = ["ABSTAIN_PHRASES", "abstains", "is_correct", "matched_alias", "normalize", "contains_run"]
+__all__ = ["ABSTAIN_PHRASES", "abstains", "contains_run", "is_correct", "matched_alias", "normalize"]
 
 ABSTAIN_PHRASES: tuple[str, ...] = (
     ABSTAIN_ANSWER,  # what the answer prompt tells the reader to say

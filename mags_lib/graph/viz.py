@@ -544,7 +544,7 @@ def draw_recall_subgraph(g, trace, *, title: str | None = None, ax=None, wrap: i
     dpi = fig.dpi
 
     def size(text, fs):
-        t = ax.text(0, 0, text, fontsize=fs, ha="center", va="center", bbox=dict(boxstyle="round,pad=0.35"))
+        t = ax.text(0, 0, text, fontsize=fs, ha="center", va="center", bbox={"boxstyle": "round,pad=0.35"})
         fig.canvas.draw()
         bb = t.get_bbox_patch().get_window_extent(r)
         t.remove()
@@ -573,9 +573,9 @@ def draw_recall_subgraph(g, trace, *, title: str | None = None, ax=None, wrap: i
     for c in range(n_cols):
         members = cols.get(c, [])
         if c:
-            def bary(i):
-                ys = [order[c - 1].index(j) for e in edges for j in (int(ed.src[e]), int(ed.dst[e]))
-                      if i in (int(ed.src[e]), int(ed.dst[e])) and j != i and j in order[c - 1]]
+            def bary(i, prev=order[c - 1]):
+                ys = [prev.index(j) for e in edges for j in (int(ed.src[e]), int(ed.dst[e]))
+                      if i in (int(ed.src[e]), int(ed.dst[e])) and j != i and j in prev]
                 return (np.mean(ys) if ys else 1e9, i)
             members = sorted(members, key=bary)
         else:
@@ -599,7 +599,7 @@ def draw_recall_subgraph(g, trace, *, title: str | None = None, ax=None, wrap: i
         if i in anchors:
             color = COLORS["anchor"]
         boxes[i] = ax.text(*pos[i], labels[i], fontsize=font_size, ha="center", va="center", zorder=3,
-                           bbox=dict(boxstyle="round,pad=0.35", fc=color, ec="#333333", lw=0.8))
+                           bbox={"boxstyle": "round,pad=0.35", "fc": color, "ec": "#333333", "lw": 0.8})
     wmax = max(edges.values()) if edges else 1.0
     rel_artists = []
     for e, w in sorted(edges.items()):
@@ -616,7 +616,7 @@ def draw_recall_subgraph(g, trace, *, title: str | None = None, ax=None, wrap: i
             mx, my = (pos[s][0] + pos[o][0]) / 2, (pos[s][1] + pos[o][1]) / 2
             rel_artists.append(ax.text(mx, my, rel_text[e], fontsize=font_size - 1.5, ha="center", va="center",
                                        zorder=4, style="italic",
-                                       bbox=dict(boxstyle="round,pad=0.2", fc="white", ec="none", alpha=0.95)))
+                                       bbox={"boxstyle": "round,pad=0.2", "fc": "white", "ec": "none", "alpha": 0.95}))
     # move relation labels off anything they overlap (up or down, smallest step first)
     fig.canvas.draw()
     r = fig.canvas.get_renderer()
