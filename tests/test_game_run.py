@@ -204,7 +204,7 @@ TIMING = ["seconds"]
 
 @pytest.mark.slow
 def test_one_scenario_end_to_end_and_parallel_equals_serial(tmp_path):
-    """SmolLM2 through llama.cpp (1 thread, few tokens), graph mode; 4 scenario runs (131 s measured under heavy load)."""
+    """SmolLM2 via llama.cpp (1 thread, few tokens), graph mode; 4 runs: 131 s measured under heavy load."""
     from mags_lib.embed import load_embedder
     from mags_lib.game import is_correct
 
