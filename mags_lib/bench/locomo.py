@@ -52,8 +52,8 @@ from functools import lru_cache
 from pathlib import Path
 
 __all__ = [
-    "CATEGORIES",
     "CAT5_NOT_MENTIONED",
+    "CATEGORIES",
     "Conversation",
     "LoCoMo",
     "LoCoMoFormatError",
@@ -104,7 +104,7 @@ _MONTHS = {m.lower(): i for i, m in enumerate(
      "November", "December"], start=1)}
 _MONTHS.update({k[:3]: v for k, v in list(_MONTHS.items())})
 _DATE = re.compile(
-    r"^\s*(\d{1,2}):(\d{2})\s*([ap])\.?\s*m\.?\s+on\s+(\d{1,2})\s+([a-z]+)\.?\s*,?\s*(\d{4})\s*$", re.I)
+    r"^\s*(\d{1,2}):(\d{2})\s*([ap])\.?\s*m\.?\s+on\s+(\d{1,2})\s+([a-z]+)\.?\s*,?\s*(\d{4})\s*$", re.IGNORECASE)
 
 
 def parse_session_date(text: str) -> datetime:

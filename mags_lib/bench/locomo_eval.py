@@ -60,15 +60,24 @@ from typing import Any
 
 import numpy as np
 
-from .locomo import CAT5_NOT_MENTIONED, CATEGORIES, Conversation, LoCoMo, Question, Turn, evidence_recall, qa_score
 from .embedders import bench_embedder
+from .locomo import (
+    CAT5_NOT_MENTIONED,
+    CATEGORIES,
+    Conversation,
+    LoCoMo,
+    Question,
+    Turn,
+    evidence_recall,
+    qa_score,
+)
 from .retrieval import BM25Retriever, DenseRetriever, Doc, MAGSRetriever, RRFRetriever
 
 __all__ = [
-    "PUBLISHED",
     "PROFILES",
-    "LoCoMoBenchConfig",
+    "PUBLISHED",
     "BenchResult",
+    "LoCoMoBenchConfig",
     "MemoryBuild",
     "alive_sources",
     "build_memory",
@@ -99,12 +108,12 @@ CAT5_TEMPLATE = "{question} Select the correct answer: (a) {a} (b) {b}."
 
 PROFILES: dict[str, dict[str, Any]] = {
     # one conversation's first session, its questions, a few read: seconds to a minute
-    "smoke": dict(conversations=("conv-26",), max_sessions=1, qa_questions=4, model_conversations=1),
+    "smoke": {"conversations": ("conv-26",), "max_sessions": 1, "qa_questions": 4, "model_conversations": 1},
     # all ten conversations, every question for recall; QA on a stratified sample; the write model
     # on the shortest conversation (about 0.7 s per turn on 2 quiet cores)
-    "default": dict(conversations=(), max_sessions=0, qa_questions=20, model_conversations=1),
+    "default": {"conversations": (), "max_sessions": 0, "qa_questions": 20, "model_conversations": 1},
     # everything: every question read, the write model over all ten conversations
-    "full": dict(conversations=(), max_sessions=0, qa_questions=0, model_conversations=10),
+    "full": {"conversations": (), "max_sessions": 0, "qa_questions": 0, "model_conversations": 10},
 }
 
 
