@@ -61,7 +61,10 @@ class Scripted:
 def test_recall_at_k_by_hand(tiny):
     qs = tiny.conversations[0].questions
     r = Scripted(["D2:1", "D1:1", "D2:3", "D1:3", "D1:2", "D2:2"])
-    rows = E.evaluate_retriever(r, qs, ks=(1, 2, 5), latency_k=2, token_counter=lambda s: len(s.split()))
+    timed = []
+    rows = E.evaluate_retriever(r, qs, ks=(1, 2, 5), latency_k=2, token_counter=lambda s: len(s.split()),
+                                before_timed=timed.append)
+    assert timed == [q.question for q in qs]  # once per question, before its timed call
     got = [(row["recall@1"], row["recall@2"], row["recall@5"]) for row in rows]
     assert got == [
         (0.0, 1.0, 1.0),  # D1:1 is second

@@ -227,12 +227,15 @@ def turn_docs(conv: Conversation) -> list[Doc]:
 
 def evaluate_retriever(retriever: Any, questions: Sequence[Question], *, ks: Sequence[int] = (5, 10, 25),
                        latency_k: int = 10, token_counter: Callable[[str], int] | None = None,
-                       label: str | None = None, extra: dict | None = None) -> list[dict]:
+                       label: str | None = None, extra: dict | None = None,
+                       before_timed: Callable[[str], None] | None = None) -> list[dict]:
     """Evidence recall@k, latency and memory tokens of a fitted retriever, one row per question.
 
     For each question the retriever is searched once per k (the ``latency_k`` call first, timed).
     ``token_counter`` counts the tokens of the memory block (:func:`mags_lib.protocol.format_facts`)
-    made of the top ``latency_k`` hits; omitted, the tokens are not counted.
+    made of the top ``latency_k`` hits; omitted, the tokens are not counted. ``before_timed(query)``
+    runs before the timed call (the runner uses it to drop the query from the embedders' caches, so
+    every timed call pays for its query embedding).
     """
     from ..protocol import format_facts
 
@@ -243,6 +246,8 @@ def evaluate_retriever(retriever: Any, questions: Sequence[Question], *, ks: Seq
         hits_by_k: dict[int, list] = {}
         seconds = 0.0
         for k in order:
+            if k == latency_k and before_timed is not None:
+                before_timed(q.question)
             t0 = time.perf_counter()
             hits = retriever.search(q.question, k)
             if k == latency_k:
@@ -667,6 +672,13 @@ def run_benchmark(data: LoCoMo, config: LoCoMoBenchConfig, *, out_dir: str | Pat
             emb_info.append(info)
         return embedders[name]
 
+    def evict(text: str) -> None:
+        """Forget ``text`` in the embedders' caches (MiniLM keeps an LRU cache of encoded texts)."""
+        for e in embedders.values():
+            cache_ = getattr(e, "_cache", None)
+            if cache_ is not None:
+                cache_.pop(text, None)
+
     by_len = sorted(convs, key=lambda c: (c.n_turns, c.sample_id))
     model_convs = {c.sample_id for c in by_len[: cfg.model_conversations]} if "model" in cfg.mags_writes else set()
     modes_ok = memory_modes_available()
@@ -703,16 +715,16 @@ def run_benchmark(data: LoCoMo, config: LoCoMoBenchConfig, *, out_dir: str | Pat
             bm25 = BM25Retriever().fit(docs) if (cfg.bm25 or cfg.hybrid) else None
             if cfg.bm25:
                 rows += evaluate_retriever(bm25, conv.questions, ks=cfg.ks, latency_k=cfg.latency_k,
-                                           token_counter=token_counter, extra={"embedder": None})
+                                           token_counter=token_counter, before_timed=evict, extra={"embedder": None})
             for i, name in enumerate(dense_names):
                 dense = DenseRetriever(embedder(name), name=f"dense-{name}").fit(docs)
                 rows += evaluate_retriever(dense, conv.questions, ks=cfg.ks, latency_k=cfg.latency_k,
-                                           token_counter=token_counter, extra={"embedder": name})
+                                           token_counter=token_counter, before_timed=evict, extra={"embedder": name})
                 if cfg.hybrid and bm25 is not None:
                     rrf = RRFRetriever([bm25, dense], k=cfg.rrf_k, depth=cfg.rrf_depth,
                                        name=f"rrf(bm25+dense-{name})")
                     rows += evaluate_retriever(rrf, conv.questions, ks=cfg.ks, latency_k=cfg.latency_k,
-                                               token_counter=token_counter, extra={"embedder": name})
+                                               token_counter=token_counter, before_timed=evict, extra={"embedder": name})
             unit = {"rows": rows}
             cache.put(f"{conv.sample_id}-turns", key, unit)
         recall_rows += unit["rows"]
@@ -730,7 +742,7 @@ def run_benchmark(data: LoCoMo, config: LoCoMoBenchConfig, *, out_dir: str | Pat
                 mb = build_memory(m, conv, write=write, evidence=evidence, progress=progress)
                 extra = {"write": write, "speaker_mode": mb.speaker_mode, "embedder": cfg.embedder}
                 rows = evaluate_retriever(MAGSRetriever(m, name=label), conv.questions, ks=cfg.ks,
-                                          latency_k=cfg.latency_k, token_counter=token_counter, extra=extra)
+                                          latency_k=cfg.latency_k, token_counter=token_counter, before_timed=evict, extra=extra)
                 qrows = (answer_questions(m, qa_qs, system=f"graph: {label}", seed=cfg.seed, progress=progress,
                                           extra={"write": write}) if "graph" in cfg.qa_systems else [])
                 unit = {"rows": rows, "qa": qrows, "survival": mb.survival, "curve": mb.curve,
