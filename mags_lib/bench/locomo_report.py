@@ -92,7 +92,7 @@ def plot_category_bars(table, *, ax=None, title: str | None = None, ylabel: str 
     ax.set_xticks(x, cols)
     ax.set_ylim(0, 1)
     ax.set_ylabel(ylabel)
-    ax.legend(fontsize=8, ncol=2)
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))  # beside the bars, not over them
     if title:
         ax.set_title(title)
     return ax
@@ -141,7 +141,7 @@ def plot_survival(res: BenchResult, *, axes: Any = None):
     axes[0].set_xlabel("turns observed")
     axes[0].set_ylabel("evidence seen so far, still in memory")
     axes[0].set_ylim(0, 1.05)
-    axes[0].legend(fontsize=7, ncol=2)
+    axes[0].legend(fontsize=7, ncol=2, loc="lower left")
     axes[0].set_title("evidence survival during ingestion")
     pos = survival_by_position(res)
     pos.plot(kind="bar", ax=axes[1], ylim=(0, 1.05), rot=45)
