@@ -52,6 +52,7 @@ import os
 import re
 import shutil
 import tempfile
+import warnings
 from collections import Counter, deque
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -571,7 +572,9 @@ class TWGame:
         infos = tw.EnvInfos(facts=True, admissible_commands=True, policy_commands=True, objective=True,
                             entities=True, max_score=True, won=True, lost=True, score=True)
         try:
-            self.env = tw.start(str(self.game.path), infos)
+            with warnings.catch_warnings():  # jericho: "not fully supported" (its own score detection; TextWorld's is used)
+                warnings.simplefilter("ignore")
+                self.env = tw.start(str(self.game.path), infos)
             self._tw_game = self.env._game  # loaded once by TextWorld's wrappers (parsing it again costs seconds)
             self._types = self._tw_game.kb.types
             self._inform7 = self.env._inform7
@@ -1094,13 +1097,15 @@ class PerfectMemory:
     It answers the question forms of :func:`questions_at` and of :class:`MemoryAgent` ("Where is
     the X?", "What is in the Y?", "Which room lies north of the Z?", "What are you carrying?",
     "Which way from the Z leads to the R?"), and says it does not know otherwise. It reads the
-    world only through a :class:`Witness` that the caller updates with the engine's steps
-    (:meth:`witness_step`), so it knows exactly what the player has perceived.
+    world only through a :class:`Witness` updated with the engine's steps (:meth:`witness_step`, or
+    by :meth:`observe` when built with the play's ``steps``: then it runs a scenario of
+    :func:`make_scenario` like any system), so it knows exactly what the player has perceived.
     """
 
-    def __init__(self, entities: Sequence[str] = ()) -> None:
+    def __init__(self, entities: Sequence[str] = (), steps: Sequence[Step] | None = None) -> None:
         self.witness = Witness()
         self.entities = list(entities)
+        self.steps = list(steps) if steps is not None else None
         self.n_observations = 0
         self.n_asks = 0
 
@@ -1108,7 +1113,11 @@ class PerfectMemory:
         self.witness.update(step, self.entities)
 
     def observe(self, text: str, source: str | None = None, time: str | None = None) -> None:
+        """Count the observation; with ``steps`` given, witness the step its source names (``"<game>:<i>"``)."""
         self.n_observations += 1
+        if self.steps is not None and source is not None:
+            i = int(str(source).rsplit(":", 1)[1])
+            self.witness_step(self.steps[i])
 
     def ask(self, question: str, time: str | None = None) -> str:
         self.n_asks += 1
