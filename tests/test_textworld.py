@@ -45,7 +45,8 @@ MAP = [("north_of", HALL, KITCHEN), ("south_of", KITCHEN, HALL), ("east_of", GAR
 def state(player, *located, opened=("chest",)):
     """A three-room world: kitchen -north-> hall -east-> garden; chest in the hall, drawer (closed) in the garden."""
     base = [("at", P, player), ("at", ("chest", "c"), HALL), ("at", ("drawer", "c"), GARDEN),
-            ("in", ("spoon", "o"), ("drawer", "c")), ("at", ("table", "s"), GARDEN)]
+            ("in", ("spoon", "o"), ("drawer", "c")), ("in", ("coin", "o"), ("drawer", "c")),
+            ("at", ("table", "s"), GARDEN)]
     base += [("open", ("chest", "c"))] if "chest" in opened else []
     return WorldState.from_facts(facts(*MAP, *base, *located))
 
@@ -56,13 +57,14 @@ def step(i, command, text, st):
 
 KEY_KITCHEN = ("at", ("key", "k"), KITCHEN)
 APPLE_CHEST = ("in", ("apple", "f"), ("chest", "c"))
-ENTITIES = ["apple", "chest", "drawer", "garden", "hall", "key", "kitchen", "spoon", "table"]
+ENTITIES = ["apple", "chest", "coin", "drawer", "garden", "hall", "key", "kitchen", "spoon", "table"]
 
 
 def trajectory():
     """Take the key in the kitchen, go north, put it in the open chest, go east, then walk about."""
     return [
-        step(0, None, "-= Kitchen =-\nThere is a key on the floor.", state(KITCHEN, KEY_KITCHEN, APPLE_CHEST)),
+        step(0, None, "Find the coin!\n-= Kitchen =-\nThere is a key on the floor.",
+             state(KITCHEN, KEY_KITCHEN, APPLE_CHEST)),
         step(1, "take key", "You pick up the key.", state(KITCHEN, ("in", ("key", "k"), I), APPLE_CHEST)),
         step(2, "go north", "-= Hall =-\nYou see an open chest. The chest contains an apple.",
              state(HALL, ("in", ("key", "k"), I), APPLE_CHEST)),
@@ -158,6 +160,8 @@ def test_questions_from_a_hand_made_trajectory():
     # the spoon was never seen: abstain; the drawer was seen: where, not abstain
     assert qs["Where is the spoon?"]["kind"] == "abstain" and qs["Where is the spoon?"]["answer"] == []
     assert qs["Where is the drawer?"]["answer"] == ["garden"]
+    # the coin was named (by the task) but never perceived: its place is unknown, yet it is no abstain
+    assert "Where is the coin?" not in qs
     # the drawer holds an unseen spoon: its contents are not asked
     assert "What is in the drawer?" not in qs
     # nothing is asked about exits never walked
