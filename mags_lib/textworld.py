@@ -66,6 +66,7 @@ __all__ = [
     "ARIGRAPH_ANCHOR",
     "INSTALL_HINT",
     "INVENTORY",
+    "SYSTEMS",
     "AgentConfig",
     "EpisodeResult",
     "GameFile",
@@ -81,6 +82,7 @@ __all__ = [
     "Witness",
     "WorldState",
     "accuracy_table",
+    "agent_study",
     "build_game",
     "clean_text",
     "draw_map",
@@ -88,6 +90,7 @@ __all__ = [
     "load_game",
     "make_game",
     "make_scenario",
+    "make_system",
     "play",
     "questions_at",
     "require_textworld",
@@ -95,6 +98,7 @@ __all__ = [
     "run_scenario",
     "score_answer",
     "skip_reason",
+    "state_question_study",
     "textworld_available",
 ]
 
@@ -1450,3 +1454,95 @@ def draw_map(state: WorldState, ax: Any = None, *, title: str | None = None, wit
     ax.set_aspect("equal")
     ax.axis("off")
     return ax
+
+
+# ------------------------------------------------------------------------------------------------
+# studies the notebook runs
+SYSTEMS: dict[str, dict | None] = {
+    "perfect": None,  # PerfectMemory: the upper bound, no language model
+    "mags_base": {},  # MAGS.default() on the embedded base models
+    "mags_trained": {"models": "trained"},  # the trained ask/write models (fails fast when none exist)
+}
+"""Systems by name: ``None`` is :class:`PerfectMemory`, a dict is ``MAGS.default(**dict)`` keywords."""
+
+
+def make_system(name: str, *, entities: Sequence[str] = (), steps: Sequence[Step] | None = None,
+                seed: int = 0, n_threads: int = 1) -> Any:
+    """A fresh system for ``name`` in :data:`SYSTEMS` (MAGS on ``n_threads`` llama.cpp threads)."""
+    if name not in SYSTEMS:
+        raise ValueError(f"unknown system {name!r}; choose from {sorted(SYSTEMS)}")
+    spec = SYSTEMS[name]
+    if spec is None:
+        return PerfectMemory(entities, steps)
+    from .agent import MAGS
+
+    return MAGS.default(**{"n_threads": n_threads, "seed": seed, **spec})
+
+
+def state_question_study(specs: Sequence[GameSpec], systems: Sequence[str], config: PlayConfig | None = None, *,
+                         seed: int = 0, cache_dir: str | Path | None = None,
+                         progress: bool = True) -> tuple[list[dict], list[dict], dict[str, str]]:
+    """Play each game once, ask its questions to every system; returns (records, scenarios, skipped).
+
+    ``skipped`` maps a system that could not be built (e.g. no trained model yet) to the reason.
+    """
+    from tqdm.auto import tqdm
+
+    cfg = config or PlayConfig()
+    records, scenarios, skipped = [], [], {}
+    for spec in tqdm(list(specs), desc="games", disable=not progress):
+        gf = make_game(spec, cache_dir=cache_dir)
+        steps, ents = play(gf, cfg, seed=seed + spec.seed)
+        sc = make_scenario(gf, cfg, seed=seed + spec.seed, steps=steps, entities=ents)
+        scenarios.append(sc)
+        for name in systems:
+            if name in skipped:
+                continue
+            try:
+                system = make_system(name, entities=ents, steps=steps, seed=seed)
+            except (FileNotFoundError, ValueError, ImportError) as e:
+                skipped[name] = f"{type(e).__name__}: {e}"
+                continue
+            try:
+                for r in run_scenario(system, sc):
+                    records.append({**r, "system": name, "rooms": spec.n_rooms, "game": gf.name})
+            finally:
+                if hasattr(system, "close"):
+                    system.close()
+    return records, scenarios, skipped
+
+
+def agent_study(specs: Sequence[GameSpec], agents: Sequence[str], config: AgentConfig | None = None, *,
+                episodes: int = 1, cache_dir: str | Path | None = None,
+                progress: bool = True) -> tuple[list[dict], dict[str, str]]:
+    """Episodes of :class:`MemoryAgent` on each game: ``"none"`` (no memory) or a system of :data:`SYSTEMS`.
+
+    Episode ``i`` of a game uses ``config.seed + i``. Returns (rows, skipped systems with reasons).
+    """
+    from tqdm.auto import tqdm
+
+    cfg = config or AgentConfig()
+    rows, skipped = [], {}
+    jobs = [(s, i, a) for s in specs for i in range(episodes) for a in agents]
+    for spec, i, agent in tqdm(jobs, desc="episodes", disable=not progress):
+        if agent in skipped:
+            continue
+        gf = make_game(spec, cache_dir=cache_dir)
+        c = dataclasses.replace(cfg, seed=cfg.seed + i)
+        if agent == "none":
+            r = run_episode(gf, None, c)
+        elif agent == "perfect":
+            r = run_episode(gf, config=c, perfect_memory=True)
+        else:
+            try:
+                system = make_system(agent, seed=c.seed)
+            except (FileNotFoundError, ValueError, ImportError) as e:
+                skipped[agent] = f"{type(e).__name__}: {e}"
+                continue
+            try:
+                r = run_episode(gf, system, c)
+            finally:
+                system.close()
+        rows.append({**dataclasses.asdict(r), "agent": agent, "kind": spec.kind, "rooms": spec.n_rooms,
+                     "episode": i})
+    return rows, skipped
