@@ -289,3 +289,22 @@ def test_limits_config_checks_and_round_trips():
     c = GraphConfig(limits=LimitsConfig(max_snapshots=5))
     assert GraphConfig.from_dict(c.to_dict()) == c
     assert GraphConfig.from_dict({k: v for k, v in c.to_dict().items() if k != "limits"}) == GraphConfig()
+
+
+def test_limits_benchmark_measures_every_bound(tmp_path):
+    from mags_lib.bench import limits
+
+    res = limits.run(n_nodes=30, n_snapshots=36, n_recalls=60, oplog_cap=20, coact_cap=30, out_dir=tmp_path,
+                     progress=False)
+    snap = res["snapshots"]
+    assert snap["default_limits"]["kept"] == LimitsConfig().max_snapshots < snap["unbounded"]["kept"] == 36
+    assert snap["default_limits"]["bytes"] < snap["unbounded"]["bytes"] < snap["full_copy"]["bytes"]
+    entry = res["recall_entry"]
+    assert entry["text_only_bytes"] < 100 < entry["with_embeddings_bytes"] < entry["embedding_as_json_list_bytes"]
+    log = res["oplog_and_coactivation"]
+    assert log["unbounded"]["oplog_entries"] == 60 and not log["unbounded"]["oplog_folded"]
+    assert log["bounded"]["oplog_entries"] <= 20 and log["bounded"]["oplog_folded"]
+    assert log["bounded"]["oplog_bytes"] < log["unbounded"]["oplog_bytes"]
+    assert log["bounded"]["coactivation_pairs"] <= 30 < log["unbounded"]["coactivation_pairs"]
+    assert log["bounded"]["replay_from_base_equals_live"] is True
+    assert json.loads((tmp_path / "limits.json").read_text()) == res and (tmp_path / "meta.json").exists()

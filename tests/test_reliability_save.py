@@ -253,16 +253,23 @@ def test_sigkill_during_saves_always_leaves_a_loadable_save(tmp_path, no_fsync):
     seen = set()
     mid_save = 0
     for _ in range(60):
+        ready_r, ready_w = os.pipe()
         pid = os.fork()
         if pid == 0:
             try:
+                os.close(ready_r)
                 k = 0
                 while True:
                     (a if k % 2 else b).save(p)
+                    if k == 0:  # saving in a loop now: every moment from here on is inside or between saves
+                        os.write(ready_w, b"1")
                     k += 1
             finally:
                 os._exit(0)
-        time.sleep(rng.uniform(0.0, 0.06))
+        os.close(ready_w)
+        assert os.read(ready_r, 1) == b"1"  # however loaded the machine, the kill lands in the save loop
+        os.close(ready_r)
+        time.sleep(rng.uniform(0.0, 0.03))
         os.kill(pid, signal.SIGKILL)
         os.waitpid(pid, 0)
         kills += 1
