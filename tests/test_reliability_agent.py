@@ -307,4 +307,4 @@ def test_limits_benchmark_measures_every_bound(tmp_path):
     assert log["bounded"]["oplog_bytes"] < log["unbounded"]["oplog_bytes"]
     assert log["bounded"]["coactivation_pairs"] <= 30 < log["unbounded"]["coactivation_pairs"]
     assert log["bounded"]["replay_from_base_equals_live"] is True
-    assert json.loads((tmp_path / "limits.json").read_text()) == res and (tmp_path / "meta.json").exists()
+    assert json.loads((tmp_path / "limits.json").read_text()) == res and res["meta"]["params"]["n_nodes"] == 30

@@ -5,8 +5,8 @@ Usage::
     python -m mags_lib.bench.limits                 # 400-node graph, 300 snapshots, 3,000 recalls
     python -m mags_lib.bench.limits --quick         # tiny sizes, for tests
 
-Writes ``results/bench/limits/limits.json`` and its ``meta.json`` (``--out`` changes the folder)
-with, for each bound, the memory held without the bound and with it (snapshots: bytes allocated by
+Writes ``results/bench/limits.json`` (``--out`` changes the folder; the run's parameters, git SHA and
+wall time are in its ``meta`` entry) with, for each bound, the memory held without the bound and with it (snapshots: bytes allocated by
 Python and numpy, measured with :mod:`tracemalloc` as the growth of traced memory while they are taken and kept; the
 log and the co-activation list: :func:`deep_sizeof` of the objects):
 
@@ -24,7 +24,7 @@ log and the co-activation list: :func:`deep_sizeof` of the objects):
   and memory without a limit and with ``--coact-cap`` (``max_coactivation``; the default of 10,000
   pairs needs more recalls than the run makes: bytes per pair are in the JSON).
 
-The figures are bytes and counts, the same on a loaded machine (meta.json records the wall time).
+The figures are bytes and counts, the same on a loaded machine (``meta`` records the wall time).
 """
 
 from __future__ import annotations
@@ -160,8 +160,8 @@ def bench_log_and_coactivation(n_nodes: int, n_recalls: int, oplog_cap: int, coa
 
 
 def run(*, n_nodes: int = 400, n_snapshots: int = 300, n_recalls: int = 3_000, oplog_cap: int = 1_000,
-        coact_cap: int = 2_000, out_dir: str | Path = "results/bench/limits", progress: bool = True) -> dict:
-    """Measure every bound and write ``<out_dir>/limits.json`` and ``meta.json``; returns the result."""
+        coact_cap: int = 2_000, out_dir: str | Path = "results/bench", progress: bool = True) -> dict:
+    """Measure every bound and write ``<out_dir>/limits.json``; returns the result."""
     from .. import repro
 
     say = print if progress else (lambda *a, **k: None)
@@ -172,12 +172,12 @@ def run(*, n_nodes: int = 400, n_snapshots: int = 300, n_recalls: int = 3_000, o
     result["recall_entry"] = bench_recall_entry(n_nodes)
     say(f"[limits] operation log and co-activations: {n_recalls} recalls")
     result["oplog_and_coactivation"] = bench_log_and_coactivation(n_nodes, n_recalls, oplog_cap, coact_cap)
+    result["meta"] = {"params": {"n_nodes": n_nodes, "n_snapshots": n_snapshots, "n_recalls": n_recalls,
+                                 "oplog_cap": oplog_cap, "coact_cap": coact_cap},
+                      "git_sha": repro.git_sha(), "wall_time_s": round(time.perf_counter() - t0, 1)}
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     (out / "limits.json").write_text(json.dumps(result, indent=1))
-    repro.write_meta(out, params={"n_nodes": n_nodes, "n_snapshots": n_snapshots, "n_recalls": n_recalls,
-                                  "oplog_cap": oplog_cap, "coact_cap": coact_cap},
-                     seed=0, wall_time_s=time.perf_counter() - t0)
     return result
 
 
@@ -189,7 +189,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--recalls", type=int, default=3_000)
     p.add_argument("--oplog-cap", type=int, default=1_000)
     p.add_argument("--coact-cap", type=int, default=2_000)
-    p.add_argument("--out", default="results/bench/limits")
+    p.add_argument("--out", default="results/bench")
     p.add_argument("--quick", action="store_true", help="tiny sizes (tests)")
     a = p.parse_args(argv)
     if a.quick:
