@@ -25,10 +25,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import re
-import shutil
-import tempfile
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -43,13 +40,20 @@ __all__ = [
     "Answer",
     "Extraction",
     "MAGSConfig",
+    "MAGSFormatError",
     "Observation",
     "find_trained_model",
+    "grounded",
     "rule_route",
 ]
 
 _FORMAT = "mags-agent"
-_FORMAT_VERSION = 1
+_FORMAT_VERSION = 2  # 2: mags.json carries a checksum; version 1 saves still load
+_PROMPT_ROOM = 256  # tokens n_ctx must leave for a system prompt, few-shot examples and a short input
+
+
+class MAGSFormatError(ValueError):
+    """A saved MAGS folder's ``mags.json`` is corrupt, hand-edited, foreign or of an unknown version."""
 _ROLES = ("ask", "write", "answer", "router")
 _EMBEDDED = ("base", "smollm2", "embedded")
 
@@ -82,7 +86,10 @@ class MAGSConfig:
     memory_token_budget: int = 256  # max tokens of recalled facts in the answer prompt
     router: str = "rule"  # "rule" | "model"
     grammar: bool = True  # grammar-constrained decoding for ask/write/router (backends that support it)
-    write_nonempty: bool = True  # with grammar: an observation yields at least one triplet
+    write_nonempty: bool = False  # with grammar: force at least one triplet (True makes the untrained
+    # model invent facts for inputs with nothing to store, e.g. gibberish; False lets it write nothing)
+    write_grounding: bool = True  # store a triplet only if its subject or object shares a word with the
+    # input (see ``grounded``): an untrained model copies few-shot facts ("Odalie ...") into any input
     max_ops: int = 4  # with grammar: most tags per ask/write output
     max_field_chars: int = 40  # with grammar: longest subject / relation / query
     max_object_chars: int = 64  # with grammar: longest object
@@ -105,7 +112,9 @@ class MAGSConfig:
 
     def __post_init__(self) -> None:
         from .backends import BACKENDS
+        from .graph.config import coerce_fields
 
+        coerce_fields(self)  # every int / float / bool / str field has its type (numpy scalars -> Python)
         if self.backend.lower().replace(".", "").replace("_", "") not in BACKENDS + ("hf",):
             raise ValueError(f"backend must be one of {BACKENDS}, got {self.backend!r}")
         if self.models not in ("base", "trained"):
@@ -122,6 +131,14 @@ class MAGSConfig:
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
         if self.temperature < 0:
             raise ValueError(f"temperature must be >= 0, got {self.temperature}")
+        need = _PROMPT_ROOM + max(self.max_new_tokens_ask, self.max_new_tokens_write,
+                                  self.memory_token_budget + self.max_new_tokens_answer)
+        if self.n_ctx < need:
+            raise ValueError(f"n_ctx={self.n_ctx} is too small: it must hold a prompt ({_PROMPT_ROOM} tokens for "
+                             "the instructions and examples), the memory block (memory_token_budget) and the "
+                             f"longest output (max_new_tokens_*): at least {need}")
+        if not isinstance(self.backend_kwargs, dict):
+            raise TypeError(f"backend_kwargs must be a dict, got {type(self.backend_kwargs).__name__}")
         if self.n_threads is not None and self.n_threads < 1:
             raise ValueError(f"n_threads must be None or >= 1, got {self.n_threads}")
         if not isinstance(self.dynamics, (bool, dict, list, tuple, set, frozenset)):
@@ -132,7 +149,8 @@ class MAGSConfig:
             if not isinstance(self.graph, GraphConfig):
                 raise TypeError(f"graph must be a GraphConfig or None, got {type(self.graph).__name__}")
         _dynamics_switches(self.dynamics)  # validates switch names
-        if isinstance(self.answer_stop, str) or not all(isinstance(x, str) for x in self.answer_stop):
+        if isinstance(self.answer_stop, str) or not isinstance(self.answer_stop, (list, tuple)) \
+                or not all(isinstance(x, str) for x in self.answer_stop):
             raise TypeError("answer_stop must be a sequence of strings, e.g. ('\\n',)")
         object.__setattr__(self, "answer_stop", tuple(self.answer_stop))
 
@@ -162,17 +180,21 @@ class MAGSConfig:
 
     @classmethod
     def from_dict(cls, d: dict) -> MAGSConfig:
-        """Inverse of :meth:`to_dict`; unknown keys raise ``ValueError``."""
+        """Inverse of :meth:`to_dict`; unknown keys raise ``ValueError``, bad values name their field."""
+        if not isinstance(d, dict):
+            raise TypeError(f"a MAGSConfig dict must be a mapping of its fields, got {type(d).__name__}")
         known = {f.name for f in dataclasses.fields(cls)}
         bad = set(d) - known
         if bad:
             raise ValueError(f"unknown MAGSConfig keys {sorted(bad)}; known: {sorted(known)}")
         d = dict(d)
-        if "answer_stop" in d:
+        if isinstance(d.get("answer_stop"), list):
             d["answer_stop"] = tuple(d["answer_stop"])
         if d.get("graph") is not None:
             from .graph import GraphConfig
 
+            if not isinstance(d["graph"], dict):
+                raise TypeError(f"graph must be a GraphConfig dict or null, got {d['graph']!r:.60}")
             d["graph"] = GraphConfig.from_dict(d["graph"])
         return cls(**d)
 
@@ -241,6 +263,7 @@ class Observation:
     maintained: Any = None
     seconds: float = 0.0
     kind: str = "observe"
+    dropped: list[tuple[str, str, str]] = field(default_factory=list)  # written but not grounded: not stored
 
 
 @dataclass
@@ -283,7 +306,7 @@ class Answer:
 # helpers
 _QUESTION_START = re.compile(
     r"^\s*(what|who|whom|whose|where|when|why|how|which|do|does|did|is|are|was|were|can|could|will|"
-    r"would|should|shall|may|might|have|has|had|am|tell me|remind me|recall|name|list)\b", re.I)
+    r"would|should|shall|may|might|have|has|had|am|tell me|remind me|recall|name|list)\b", re.IGNORECASE)
 
 
 def rule_route(text: str) -> str:
@@ -301,6 +324,35 @@ def rule_route(text: str) -> str:
     if t.endswith("?"):
         return "answer"
     return "answer" if _QUESTION_START.match(t) and not t.endswith((".", "!")) else "store"
+
+
+_WORD = re.compile(r"\w+")
+
+
+def _words(text: str) -> set[str]:
+    return {w for w in _WORD.findall(text.lower()) if len(w) >= 2 or w.isdigit()}
+
+
+def grounded(triplet: Sequence[str], text: str) -> bool:
+    """Whether a triplet's subject or object shares a word with the input ``text``.
+
+    Words are runs of letters and digits, lower-cased; a word matches an input word that is equal
+    or shares its first 4 characters (``lemon`` / ``lemons``, ``glassblower`` / ``glassblowing``).
+    Facts about nothing the input mentions -- the few-shot examples' people copied into gibberish --
+    are not grounded.
+
+    >>> grounded(("Blorps", "eat", "frozen lemons"), "Blorps eat only frozen lemons.")
+    True
+    >>> grounded(("Odalie", "is sister of", "me"), "@#! zxq 0x3f")
+    False
+    """
+    have = _words(text)
+    prefixes = {w[:4] for w in have if len(w) >= 4}
+    for field_text in (triplet[0], triplet[2]):
+        for w in _words(field_text):
+            if w in have or (len(w) >= 4 and w[:4] in prefixes):
+                return True
+    return False
 
 
 def _newest(paths: Iterable[Path]) -> Path | None:
@@ -518,50 +570,68 @@ class MAGS:
 
     # -- the loop ----------------------------------------------------------------------------------
     def _check_text(self, text: Any) -> str:
+        from .graph.values import clean_text
+
         if not isinstance(text, str):
             raise TypeError(f"expected text (str), got {type(text).__name__}")
         if not text.strip():
             raise ValueError("empty text: pass a non-empty observation or question")
-        return text.strip()
+        return clean_text(text.strip())
 
     def observe(self, text: str, source: str | None = None, time: str | None = None) -> Observation:
         """Store an observation: an episodic node, then the write model's triplets (engram).
 
+        A turn applies whole or not at all: the write model runs before the memory is touched, and
+        the memory's changes (episode, facts, the periodic ``maintain``, the log) run in one
+        :meth:`LiquidGraph.transaction`; if anything raises, the memory, the turn counter and the
+        latencies are as before the call.
+
         Parameters
         ----------
         text : str
-        source : str, optional
+            Any text; lone surrogates become U+FFFD (see :mod:`mags_lib.graph.values`).
+        source : str or int, optional
             Source id (e.g. ``"D1:3"``) carried by the episode and every derived node and fact;
             default ``"T<turn>"``.
-        time : str, optional
-            When it was said (e.g. ``"2023-05-08"``).
+        time : str, date or datetime, optional
+            When it was said (e.g. ``"2023-05-08"`` or ``datetime.date(2023, 5, 8)``), stored as an
+            ISO string.
         """
         import time as _time
 
+        from .graph.values import clean_source, clean_time
+
         t0 = _time.perf_counter()
         text = self._check_text(text)
-        self._turn += 1
-        source = str(source) if source is not None else f"T{self._turn}"
-        ep = self.graph.add_episode(text, source=source, time=time)
+        source, time = clean_source(source), clean_time(time)
+        turn = self._turn + 1
+        source = source if source is not None else f"T{turn}"
+        # the model call first: if it fails (context overflow, a broken model file), nothing changed
         ext = self.extract_many([text], "write", nonempty=self.config.write_nonempty)[0]
         triplets = list(dict.fromkeys(ext.lenient.triplets))
-        report = self.graph.engram(triplets, episode=ep, source=source, time=time)
-        self.n_observations += 1
-        maintained = None
         c = self.config
-        if c.dynamics_on and c.maintain_every and self.n_observations % c.maintain_every == 0:
-            maintained = self.graph.maintain()
+        dropped = [t for t in triplets if not grounded(t, text)] if c.write_grounding else []
+        triplets = [t for t in triplets if t not in dropped]
+        maintained = None
+        with self.graph.transaction():  # the turn's changes to the memory apply whole or not at all
+            ep = self.graph.add_episode(text, source=source, time=time)
+            report = self.graph.engram(triplets, episode=ep, source=source, time=time)
+            if c.dynamics_on and c.maintain_every and (self.n_observations + 1) % c.maintain_every == 0:
+                maintained = self.graph.maintain()
+        self._turn = turn
+        self.n_observations += 1
         dt = _time.perf_counter() - t0
         self.latencies["observe"].append(dt)
         return Observation(text=text, source=source, time=time, episode=ep, triplets=triplets,
-                           extraction=ext, report=report, maintained=maintained, seconds=dt)
+                           extraction=ext, report=report, maintained=maintained, seconds=dt, dropped=dropped)
 
     def pack_facts(self, items: Sequence[Any], budget: int | None = None) -> tuple[list[str], int, list]:
         """Fact lines from ranked recall items, best first, within the token budget.
 
         Returns the facts, the token count of the memory block they make
         (:func:`mags_lib.protocol.format_facts`, measured with the answer model's tokenizer) and the
-        items they came from. Items whose normalised text repeats an earlier one are skipped.
+        items they came from. Items whose normalised text repeats an earlier one are skipped, and so
+        is an item that does not fit in what is left of the budget: the next ones may still fit.
         """
         budget = self.config.memory_token_budget if budget is None else int(budget)
         b = self.backend("answer")
@@ -576,7 +646,7 @@ class MAGS:
                 continue
             cost = b.count_tokens(f"{len(facts) + 1}. {line}\n")
             if used + cost > budget:
-                break
+                continue  # too long for what is left: a shorter item further down may fit
             facts.append(line)
             used_items.append(it)
             seen.add(key)
@@ -585,6 +655,9 @@ class MAGS:
 
     def ask(self, question: str, *, time: str | None = None, k: int | None = None) -> Answer:
         """Answer a question from memory: ask model -> recall -> answer model.
+
+        Like :meth:`observe`, all or nothing: if a model call fails, the memory (touched by the
+        recall) and the counters are as before the call.
 
         Parameters
         ----------
@@ -612,13 +685,14 @@ class MAGS:
         queries = list(dict.fromkeys(q.strip() for q in queries if q.strip()))[: c.max_queries]
         if not queries:
             queries = [question]
-        res = self.graph.recall(queries, k=k or c.recall_k)
-        t2 = _time.perf_counter()
-        facts, mem_tokens, used_items = self.pack_facts(res.items)
-        prompt = P.build_messages("answer", question, facts=facts)
-        gen = self.backend("answer").generate([prompt], max_new_tokens=c.max_new_tokens_answer,
-                                              temperature=c.temperature, seed=c.seed,
-                                              stop=list(c.answer_stop) or None)[0]
+        with self.graph.transaction():  # recall touches the memory: undone if the answer model fails
+            res = self.graph.recall(queries, k=c.recall_k if k is None else k)
+            t2 = _time.perf_counter()
+            facts, mem_tokens, used_items = self.pack_facts(res.items)
+            prompt = P.build_messages("answer", question, facts=facts)
+            gen = self.backend("answer").generate([prompt], max_new_tokens=c.max_new_tokens_answer,
+                                                  temperature=c.temperature, seed=c.seed,
+                                                  stop=list(c.answer_stop) or None)[0]
         t3 = _time.perf_counter()
         self.n_asks += 1
         self.memory_tokens.append(mem_tokens)
@@ -639,7 +713,7 @@ class MAGS:
         Each item has ``.text``, ``.score``, ``.sources`` (source ids), ``.path``, ``.kind``.
         """
         if isinstance(query, str):
-            self._check_text(query)
+            query = self._check_text(query)
         elif not query:
             raise ValueError("recall needs a query or a non-empty list of queries")
         return list(self.graph.recall(query, k=k).items)
@@ -661,66 +735,67 @@ class MAGS:
         """Restore the memory to snapshot ``sid``."""
         self.graph.rollback(sid)
 
-    def save(self, path: str | Path) -> Path:
-        """Save memory and configuration to folder ``path`` (``mags.json`` + ``graph/``), atomically.
+    def drop_snapshot(self, sid: str) -> None:
+        """Free snapshot ``sid`` (``KeyError`` if unknown). ``config.graph.limits`` bounds how many are kept."""
+        self.graph.drop_snapshot(sid)
 
-        Models are not copied: the configuration names them.
+    def save(self, path: str | Path) -> Path:
+        """Save memory and configuration to folder ``path`` (``mags.json`` + ``graph/``), crash-safely.
+
+        The folder is written beside ``path`` and swapped in by renames (the mechanism of graph
+        saves, :mod:`mags_lib.graph.atomic`): after a crash at any point, :meth:`load` finds the
+        previous save or the new one. ``mags.json`` carries a checksum of its content. Models are
+        not copied: the configuration names them.
         """
-        path = Path(path)
-        if path.exists() and not (path / "mags.json").is_file():
-            if path.is_file() or any(path.iterdir()):
-                raise FileExistsError(f"{path} exists and is not a saved MAGS folder; pick a new path")
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent))
-        try:
+        from .graph import atomic
+
+        state = {"format": _FORMAT, "version": _FORMAT_VERSION, "config": self.config.to_dict(),
+                 "n_observations": self.n_observations, "n_asks": self.n_asks, "turn": self._turn,
+                 "memory_tokens": list(self.memory_tokens), "saved_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+        state["checksum"] = atomic.json_checksum(state)
+        data = json.dumps(state, indent=1, allow_nan=False).encode("utf-8")
+
+        def fill(tmp: Path) -> None:
             self.graph.save(tmp / "graph")
-            state = {"format": _FORMAT, "version": _FORMAT_VERSION, "config": self.config.to_dict(),
-                     "n_observations": self.n_observations, "n_asks": self.n_asks, "turn": self._turn,
-                     "memory_tokens": self.memory_tokens, "saved_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
-            (tmp / "mags.json").write_text(json.dumps(state, indent=1, default=str))
-            if path.exists():
-                old = path.with_name(f".{path.name}.old")
-                shutil.rmtree(old, ignore_errors=True)
-                os.replace(path, old)
-                os.replace(tmp, path)
-                shutil.rmtree(old, ignore_errors=True)
-            else:
-                os.replace(tmp, path)
-        finally:
-            if tmp.exists():
-                shutil.rmtree(tmp, ignore_errors=True)
-        return path
+            atomic.write_file(tmp / "mags.json", data, tmp)  # last: its presence marks a complete save
+
+        return atomic.save_dir(path, fill, is_save=_is_mags_save, what="saved MAGS folder")
 
     @classmethod
-    def load(cls, path: str | Path, *, embedder: Any = None, **overrides: Any) -> MAGS:
-        """Load a folder written by :meth:`save`; keywords override configuration fields."""
-        from .graph import LiquidGraph
+    def load(cls, path: str | Path, *, embedder: Any = None, backends: dict | None = None,
+             **overrides: Any) -> MAGS:
+        """Load a folder written by :meth:`save`; keywords override configuration fields.
+
+        ``backends`` (``{role: Backend}``) reuses already loaded models. An interrupted save is
+        completed or undone first. A corrupt, hand-edited or foreign ``mags.json`` raises
+        :class:`MAGSFormatError` naming the file and the field (to change settings, pass overrides
+        instead of editing the file).
+        """
+        from .graph import LiquidGraph, atomic
 
         path = Path(path)
-        meta = path / "mags.json"
-        if not meta.is_file():
+        root = atomic.recover(path, is_save=_is_mags_save) if not path.is_file() else None
+        meta = (root or path) / "mags.json"
+        if root is None or not meta.is_file():
             raise FileNotFoundError(f"{path} is not a saved MAGS folder (no mags.json); save one with "
                                     "MAGS.save(path)")
+        state = _read_mags_json(meta)
         try:
-            state = json.loads(meta.read_text())
-        except ValueError as e:
-            raise ValueError(f"{meta} is corrupt ({e})") from e
-        if state.get("format") != _FORMAT or state.get("version") != _FORMAT_VERSION:
-            raise ValueError(f"{meta} is not a MAGS save of version {_FORMAT_VERSION} "
-                             f"(format={state.get('format')!r}, version={state.get('version')!r})")
-        cfg = MAGSConfig.from_dict(state["config"])
+            cfg = MAGSConfig.from_dict(state["config"])
+        except (TypeError, ValueError) as e:
+            raise MAGSFormatError(f"{meta}: field 'config' is invalid: {e}") from e
         if overrides:
             cfg = dataclasses.replace(cfg, **overrides)
         from .embed import load_embedder
 
         emb = embedder if embedder is not None else load_embedder(cfg.embedder)
         # the (possibly overridden) config's graph and dynamics switches govern the loaded memory
-        graph = LiquidGraph.load(path / "graph", emb, config=cfg.graph_config())
-        m = cls(cfg, graph=graph, embedder=emb)
-        m.n_observations = int(state.get("n_observations", 0))
-        m.n_asks = int(state.get("n_asks", 0))
-        m._turn = int(state.get("turn", 0))
-        m.memory_tokens = [int(x) for x in state.get("memory_tokens", [])]
+        graph = LiquidGraph.load(root / "graph", emb, config=cfg.graph_config())
+        m = cls(cfg, graph=graph, embedder=emb, backends=backends)
+        m.n_observations = state["n_observations"]
+        m.n_asks = state["n_asks"]
+        m._turn = state["turn"]
+        m.memory_tokens = list(state["memory_tokens"])
         return m
 
     def stats(self) -> dict:
@@ -757,3 +832,29 @@ class MAGS:
         c = self.config
         return (f"MAGS(backend={c.backend!r}, models={c.models!r}, observations={self.n_observations}, "
                 f"asks={self.n_asks})")
+
+
+def _is_mags_save(p: Path) -> bool:
+    return (p / "mags.json").is_file()
+
+
+def _read_mags_json(meta: Path) -> dict:
+    """Read and check ``mags.json``: format, version, checksum and every field's type."""
+    from .graph import atomic
+
+    state = atomic.read_manifest_json(
+        meta.read_bytes(), str(meta), fmt=_FORMAT, version=_FORMAT_VERSION, error=MAGSFormatError,
+        what="MAGS save", hint="To change settings, pass them to MAGS.load(path, field=value) instead of editing it")
+    if not isinstance(state.get("config"), dict):
+        raise MAGSFormatError(f"{meta}: field 'config' must be an object of MAGSConfig fields, "
+                              f"got {state.get('config')!r:.60}")
+    for name in ("n_observations", "n_asks", "turn"):
+        v = state.get(name, 0)
+        if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+            raise MAGSFormatError(f"{meta}: field {name!r} must be a non-negative integer, got {v!r:.60}")
+        state[name] = v
+    mt = state.get("memory_tokens", [])
+    if not isinstance(mt, list) or not all(isinstance(x, int) and not isinstance(x, bool) for x in mt):
+        raise MAGSFormatError(f"{meta}: field 'memory_tokens' must be a list of integers")
+    state["memory_tokens"] = mt
+    return state

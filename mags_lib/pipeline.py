@@ -122,7 +122,9 @@ RESULTS_ROOT_ENV = "MAGS_RESULTS"
 _NOTEBOOK_RE = re.compile(r"^(?P<nn>\d{2})_(?P<slug>[A-Za-z0-9_]+)\.ipynb$")
 _RUN_TAG_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 _RESERVED_TAGS = {"bench"}  # results/bench/ holds committed benchmark figures
-_CHOICES_RE = re.compile(r"^\s*[\w.-]+(\s*\|\s*[\w.-]+)+\s*$")
+_CHOICE = r"[\w.-]+(?:\s*\([^()|]*\))?"  # a choice, optionally with a note in parentheses
+_CHOICES_RE = re.compile(rf"^\s*{_CHOICE}(\s*\|\s*{_CHOICE})+\s*$")
+_CHOICE_NOTE = re.compile(r"\s*\([^()|]*\)")
 _STATE_FILE = "pipeline.json"
 _STATE_VERSION = 1
 
@@ -292,11 +294,22 @@ def inspect_parameters(path: Path | str) -> dict[str, dict[str, Any]]:
             except (ValueError, SyntaxError):
                 declared = "str"
         spec["type"] = declared.replace(" ", "")
-        help_text = (spec.get("help") or "").strip()
-        spec["choices"] = ([c.strip() for c in help_text.split("|")]
-                           if _CHOICES_RE.match(help_text) else None)
+        spec["choices"] = _help_choices(spec.get("help") or "")
         out[name] = spec
     return out
+
+
+def _help_choices(help_text: str) -> list[str] | None:
+    """The choices of a help comment ``a | b | c``; each may carry a note in parentheses,
+    ``llamacpp (needed for grammars) | transformers``. None when the comment is not a choice list.
+
+    >>> _help_choices("llamacpp (needed for grammar-constrained decoding) | transformers")
+    ['llamacpp', 'transformers']
+    """
+    text = help_text.strip()
+    if not _CHOICES_RE.match(text):
+        return None
+    return [_CHOICE_NOTE.sub("", c).strip() for c in text.split("|")]
 
 
 _TRUE = {"true", "1", "yes", "y", "on"}

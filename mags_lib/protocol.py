@@ -7,14 +7,20 @@ Pure text: this module imports no model code. The protocol is the seed project's
 
 An input with nothing to store or ask maps to the empty output.
 
-Comma rule (deterministic)
---------------------------
-A write's content splits on its first two commas that are not escaped as ``\\,``. Subject and
-relation therefore cannot hold a bare comma; the object keeps every further comma verbatim
-(``Paris,is,big, old and busy`` -> ``("Paris", "is", "big, old and busy")``). :func:`serialize`
-escapes commas inside subject and relation as ``\\,`` and the parser unescapes them there (the
-object is taken verbatim, backslashes included), so any triplet round-trips. Fields are stripped of
-surrounding whitespace.
+Comma and backslash rule (deterministic)
+----------------------------------------
+A write's content splits on its first two *unescaped* commas. In the subject and the relation
+there are two escapes: ``\\,`` is a literal comma and ``\\\\`` a literal backslash; any other
+backslash is literal as written (``C:\\Users`` stays as it is). The object is everything after the
+second separator, verbatim -- commas and backslashes included -- so it needs no escaping
+(``Paris,is,big, old and busy`` -> ``("Paris", "is", "big, old and busy")``). Fields are stripped
+of surrounding whitespace.
+
+:func:`escape_field` escapes every backslash and comma of a subject or relation, and
+:func:`serialize` / :func:`writes_to_text` use it, so every triplet whose fields hold no angle
+bracket round-trips: ``parse(writes_to_text([t])).triplets == [t]`` (whitespace collapsed), e.g.
+``("C:\\\\", "is", "a drive")`` and ``("a\\\\,b", "r", "o")``. The write grammar produces exactly
+these escapes.
 
 Parser modes
 ------------
@@ -26,7 +32,11 @@ of outputs that parse in strict mode with no problem.
 ``lenient``: recovers what a reader would: tag names in any case and with stray spaces, text outside
 tags ignored, a last tag left unclosed at the end of the text (or closed by the next opening tag),
 wrong-role tags dropped. Problems list only what could not be recovered.
-:func:`parse` never raises, whatever the text.
+:func:`parse` never raises, whatever the text, and runs in linear time in both modes: a tag opens at
+an opening tag that has a matching closing tag after it and ends at the first such closing tag,
+found by one tokenising pass (no regex scans the rest of the text once per tag), and every pattern
+is free of backtracking (possessive quantifiers). :data:`SCAN_WORK` counts the characters the strict
+parser's scans examine, so tests bound its work without a clock.
 """
 
 from __future__ import annotations
@@ -37,7 +47,7 @@ from dataclasses import dataclass, field
 from typing import Iterable, Sequence
 
 __all__ = [
-    "ROLES", "TAGS", "Op", "Parsed", "parse", "split_triplet", "escape_field", "serialize",
+    "ROLES", "TAGS", "Op", "Parsed", "parse", "split_triplet", "escape_field", "serialize", "SCAN_WORK",
     "asks_to_text", "writes_to_text", "normalize_text", "normalize_triplet", "GRAMMARS", "grammar",
     "SYSTEM_PROMPTS", "FEW_SHOT", "build_messages", "format_facts", "ABSTAIN_ANSWER",
 ]
@@ -87,41 +97,87 @@ class Parsed:
         return [op.triplet for op in self.ops if op.role == "write" and op.triplet is not None]
 
 
-_SPLIT = re.compile(r"(?<!\\),")
+class ScanWork:
+    """Characters examined by the strict parser's scans, and the number of scans (reset by tests)."""
+
+    def __init__(self) -> None:
+        self.chars = 0
+        self.calls = 0
+
+    def reset(self) -> None:
+        self.chars = self.calls = 0
+
+    def add(self, n: int) -> None:
+        self.chars += n
+        self.calls += 1
+
+
+SCAN_WORK = ScanWork()
+"""Work counter of the strict parser (see :class:`ScanWork`)."""
+
+# A subject/relation field: runs of ordinary characters, the escapes \\ and \, or a backslash that
+# escapes nothing (literal). The alternatives start differently and every quantifier is possessive.
+_FIELD = re.compile(r"(?:[^\\,]++|\\[\\,]|\\(?![\\,]))*+")
+_UNESCAPE = re.compile(r"\\([\\,])")
 
 
 def escape_field(text: str) -> str:
-    """Escape commas (``,`` -> ``\\,``) in a subject or relation.
+    r"""Escape a subject or relation: every backslash as ``\\\\`` and every comma as ``\\,``.
 
     >>> escape_field("Smith, John")
-    'Smith\\\\, John'
+    'Smith\\, John'
+    >>> escape_field("C:\\")
+    'C:\\\\'
     """
-    return re.sub(r"(?<!\\),", r"\\,", text)
+    return text.replace("\\", "\\\\").replace(",", "\\,")
+
+
+def _split_fields(content: str) -> tuple[str, str, str] | None:
+    """The raw subject, relation and object of write content (escapes kept), or None."""
+    n = len(content)
+    m1 = _FIELD.match(content)
+    p = m1.end()
+    if p >= n:  # the field ends only at an unescaped comma or at the end
+        return None
+    m2 = _FIELD.match(content, p + 1)
+    q = m2.end()
+    if q >= n:
+        return None
+    SCAN_WORK.add(q)
+    return m1.group(), m2.group(), content[q + 1:]
 
 
 def split_triplet(content: str) -> tuple[str, str, str] | None:
-    """Split write content on its first two unescaped commas; ``None`` unless 3 non-empty fields.
+    r"""Split write content on its first two unescaped commas; ``None`` unless 3 non-empty fields.
+
+    Subject and relation are unescaped (``\\,`` -> ``,`` and ``\\\\`` -> ``\\``); the object is
+    verbatim. See the module docstring for the rule.
 
     >>> split_triplet("Paris,is,big, old and busy")
     ('Paris', 'is', 'big, old and busy')
-    >>> split_triplet(r"Smith\\, John,works at,ACME")
+    >>> split_triplet(r"Smith\, John,works at,ACME")
     ('Smith, John', 'works at', 'ACME')
+    >>> split_triplet(r"C:\\,is,a drive")
+    ('C:\\', 'is', 'a drive')
     >>> split_triplet("only,two") is None
     True
     """
-    parts = _SPLIT.split(content, maxsplit=2)
-    if len(parts) != 3:
+    parts = _split_fields(content)
+    if parts is None:
         return None
-    s, r = (p.replace("\\,", ",").strip() for p in parts[:2])
+    s, r = (_UNESCAPE.sub(r"\1", x).strip() for x in parts[:2])
     o = parts[2].strip()  # the object is kept verbatim: only subject and relation are escaped
     if not (s and r and o):
         return None
     return (s, r, o)
 
 
-_STRICT_TAG = re.compile(r"<(memory_ask|memory_write)>(.*?)</\1>", re.S)
-_LENIENT_OPEN = re.compile(r"<\s*(memory[_ ]?(?:ask|write))\s*>", re.I)
-_LENIENT_CLOSE = re.compile(r"<\s*/\s*(memory[_ ]?(?:ask|write))\s*>", re.I)
+_TAG_TOKEN = re.compile(r"<(/?)(memory_ask|memory_write)>")
+_MALFORMED = re.compile(r"<\s*+/?\s*+memory", re.IGNORECASE)
+_LENIENT_OPEN = re.compile(r"<\s*+(memory[_ ]?(?:ask|write))\s*+>", re.IGNORECASE)
+_LENIENT_CLOSE = re.compile(r"<\s*+/\s*+(memory[_ ]?(?:ask|write))\s*+>", re.IGNORECASE)
+STRICT_PATTERNS = (_TAG_TOKEN, _MALFORMED, _FIELD, _UNESCAPE)
+"""Every regex the strict parser runs (each linear in the text it scans)."""
 
 
 def _make_op(role: str, content: str, problems: list[str], where: str) -> Op | None:
@@ -135,7 +191,7 @@ def _make_op(role: str, content: str, problems: list[str], where: str) -> Op | N
     if role == "write":
         trip = split_triplet(content)
         if trip is None:
-            n = len(_SPLIT.split(content, maxsplit=2))
+            n = 3 if _split_fields(content) is not None else 1 + (_FIELD.match(content).end() < len(content))
             problems.append(f"write content {content[:60]!r} {where} is not subject,relation,object "
                             f"({n} field(s) or an empty field)")
             return None
@@ -144,28 +200,57 @@ def _make_op(role: str, content: str, problems: list[str], where: str) -> Op | N
 
 
 def _short(text: str) -> str:
-    text = " ".join(text.split())
-    return repr(text if len(text) <= 40 else text[:37] + "...")
+    short = " ".join(text[:120].split())
+    return repr(short if len(short) <= 40 and len(text) <= 120 else short[:37] + "...")
 
 
 def _parse_strict(text: str, role: str | None) -> Parsed:
+    """Strict mode in one pass: tokenise every tag, then pair each opening tag (in order, from the
+    end of the previous pair) with the first closing tag of its name after it. An opening tag with no
+    such closing tag is no tag, as in the definition ``<(t)>(.*?)</\\1>`` applied left to right."""
     out = Parsed()
+    work = SCAN_WORK
+    tokens = list(_TAG_TOKEN.finditer(text))
+    work.add(len(text))
+    closes: dict[str, list[int]] = {"memory_ask": [], "memory_write": []}
+    for k, t in enumerate(tokens):
+        if t.group(1):
+            closes[t.group(2)].append(k)
+    nxt = {"memory_ask": 0, "memory_write": 0}  # next candidate closing tag per name (only moves forward)
     pos = 0
-    for i, m in enumerate(_STRICT_TAG.finditer(text)):
-        gap = text[pos:m.start()]
+    i = 0
+    for k, t in enumerate(tokens):
+        if t.group(1) or t.start() < pos:
+            continue
+        name = t.group(2)
+        lst, j = closes[name], nxt[name]
+        start = j
+        while j < len(lst) and lst[j] < k:
+            j += 1
+        work.add(j - start)  # closing tags stepped over (each at most once per parse)
+        nxt[name] = j
+        if j == len(lst):
+            continue
+        close = tokens[lst[j]]
+        gap = text[pos:t.start()]
+        work.add(len(gap))
         if gap.strip():
             out.problems.append(f"text outside tags: {_short(gap)}")
-        pos = m.end()
-        tag_role = _TAG_TO_ROLE[m.group(1)]
+        pos = close.end()
+        content = text[t.end():close.start()]
+        work.add(len(content))
+        tag_role = _TAG_TO_ROLE[name]
+        i += 1
         if role is not None and tag_role != role:
-            out.problems.append(f"<{m.group(1)}> tag #{i + 1} in a {role} output")
+            out.problems.append(f"<{name}> tag #{i} in a {role} output")
             continue
-        op = _make_op(tag_role, m.group(2), out.problems, f"(tag #{i + 1})")
+        op = _make_op(tag_role, content, out.problems, f"(tag #{i})")
         if op is not None:
             out.ops.append(op)
     tail = text[pos:]
+    work.add(len(tail))
     if tail.strip():
-        if re.search(r"<\s*/?\s*memory", tail, re.I):
+        if _MALFORMED.search(tail):
             out.problems.append(f"malformed or unclosed tag: {_short(tail)}")
         else:
             out.problems.append(f"text outside tags: {_short(tail)}")
@@ -239,7 +324,10 @@ def asks_to_text(queries: Sequence[str]) -> str:
 
 
 def writes_to_text(triplets: Sequence[Sequence[str]]) -> str:
-    """Triplets -> write tags, escaping commas in subject and relation.
+    """Triplets -> write tags, escaping backslashes and commas in subject and relation.
+
+    Whitespace inside a field is collapsed. A triplet that could not be parsed back (not three
+    fields, an empty field, an angle bracket) raises ``ValueError``.
 
     >>> t = writes_to_text([("Smith, John", "likes", "tea, hot")])
     >>> t
@@ -249,7 +337,13 @@ def writes_to_text(triplets: Sequence[Sequence[str]]) -> str:
     """
     ops = []
     for t in triplets:
+        if isinstance(t, str) or len(t) != 3:
+            raise ValueError(f"a triplet has 3 fields (subject, relation, object), got {t!r:.80}")
         s, r, o = (" ".join(str(x).split()) for x in t)
+        if not (s and r and o):
+            raise ValueError(f"triplet {tuple(t)!r:.80} has an empty field")
+        if any("<" in x or ">" in x for x in (s, r, o)):
+            raise ValueError(f"triplet {tuple(t)!r:.80} holds an angle bracket, which the protocol cannot carry")
         ops.append(Op("write", f"{escape_field(s)},{escape_field(r)},{o}", (s, r, o)))
     return serialize(ops)
 
@@ -322,8 +416,8 @@ def grammar(role: str, *, min_ops: int = 0, max_ops: int = 4, max_field_chars: i
         lines += [
             'op ::= "<memory_write>" field "," field "," obj "</memory_write>"',
             "field ::= fstart fchar{0,%d}" % (max_field_chars - 1),
-            f'fstart ::= [^,<>\\\\{_GBNF_SPACE}] | "\\\\,"',
-            'fchar ::= [^,<>\\n\\\\] | "\\\\,"',
+            f'fstart ::= [^,<>\\\\{_GBNF_SPACE}] | "\\\\," | "\\\\\\\\"',
+            'fchar ::= [^,<>\\n\\\\] | "\\\\," | "\\\\\\\\"',
             "obj ::= ostart ochar{0,%d}" % (max_object_chars - 1),
             f"ostart ::= [^<>{_GBNF_SPACE}]",
             "ochar ::= [^<>\\n]",

@@ -47,7 +47,7 @@ def graph(triplets, *, reconcile=True, table=None):
                                       multi_valued_relations=frozenset()))
     g = LiquidGraph(emb, config=cfg)
     for t in triplets:  # one observation per triplet, in order
-        g.engram([t])
+        g.engram([t], source="test")
     return g
 
 

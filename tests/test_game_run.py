@@ -98,7 +98,7 @@ def test_no_coverage_anchors_picks_by_similarity_alone():
 
     def anchors(system):
         g = LiquidGraph(emb, config=_graph_cfg(system, extra))
-        g.engram([("alpha", "near", "beta"), ("gamma", "near", "delta")])
+        g.engram([("alpha", "near", "beta"), ("gamma", "near", "delta")], source="test")
         return [x.text for x in g.recall("query", k=5).trace.anchors]
 
     assert anchors("graph_base") == ["alpha", "gamma"]  # beta's neighbourhood is already covered
@@ -109,8 +109,8 @@ def test_no_reconciliation_keeps_both_values_valid():
     emb = HashEmbedder(dim=64)
     for system, n_valid in (("graph_base", 1), ("no_reconciliation", 2)):
         g = LiquidGraph(emb, config=_graph_cfg(system))
-        g.engram([("blorps", "live in", "copper caves")])
-        g.engram([("blorps", "live in", "salted marshes")])
+        g.engram([("blorps", "live in", "copper caves")], source="test")
+        g.engram([("blorps", "live in", "salted marshes")], source="test")
         assert len(g.facts()) == n_valid, system
 
 

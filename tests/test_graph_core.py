@@ -52,18 +52,18 @@ def test_engram_creates_nodes_edges_and_provenance():
 def test_engram_resolution_by_text_and_by_similarity():
     table = {"bob": [1, 0, 0, 0], "robert": [0.96, 0.28, 0, 0], "alice": [0, 0, 1, 0], "tea": [0, 0, 0, 1]}
     g = LiquidGraph(TableEmbedder(table, dim=4), config=GraphConfig(engram=EngramConfig(gat=False)))
-    g.engram([("Bob", "drinks", "tea")])
-    rep = g.engram([("the BOB!", "knows", "alice")])  # same normalised text: no new node for bob
+    g.engram([("Bob", "drinks", "tea")], source="test")
+    rep = g.engram([("the BOB!", "knows", "alice")], source="test")  # same normalised text: no new node for bob
     assert rep.new_nodes == [g.find("alice")]
-    rep = g.engram([("robert", "likes", "tea")])  # cosine 0.96 >= 0.90: update/merge into bob
+    rep = g.engram([("robert", "likes", "tea")], source="test")  # cosine 0.96 >= 0.90: update/merge into bob
     assert rep.new_nodes == [] and rep.resolved[0][:2] == ("robert", g.find("bob"))
     assert g.find("robert") == g.find("bob")
     assert "robert" in g.node(g.find("bob"))["aliases"]
     assert g.node(g.find("bob"))["access_count"] == 3  # mentioned three times
     g2 = LiquidGraph(TableEmbedder(table, dim=4),
                      config=GraphConfig(engram=EngramConfig(gat=False, resolve_threshold=0.99)))
-    g2.engram([("bob", "drinks", "tea")])
-    assert len(g2.engram([("robert", "drinks", "tea")]).new_nodes) == 1  # below threshold: new node
+    g2.engram([("bob", "drinks", "tea")], source="test")
+    assert len(g2.engram([("robert", "drinks", "tea")], source="test").new_nodes) == 1  # below threshold: new node
 
 
 def test_gat_initial_edges_hand_values():
@@ -71,8 +71,8 @@ def test_gat_initial_edges_hand_values():
     table = {"a": [1, 0, 0, 0], "b": [0, 1, 0, 0], "z": [0, 0, 0, 1],
              "c": [0.8, 0.6, 0, 0]}
     g = LiquidGraph(TableEmbedder(table, dim=4), config=GraphConfig(engram=EngramConfig(reconcile=False)))
-    g.engram([("a", "r", "z"), ("b", "r", "z")])
-    rep = g.engram([("c", "r", "z")])
+    g.engram([("a", "r", "z"), ("b", "r", "z")], source="test")
+    rep = g.engram([("c", "r", "z")], source="test")
     att = gat_attention(np.array([0.8, 0.6]), temperature=0.1)  # softmax([8, 6]) = [0.8808, 0.1192]
     assert att == pytest.approx([0.880797, 0.119203], abs=1e-6)
     got = {g.edge(e)["object"]: g.edge(e)["strength"] for e in rep.association_edges}
@@ -81,8 +81,8 @@ def test_gat_initial_edges_hand_values():
     assert got == pytest.approx({"a": 0.5 * 0.880797 * 0.8}, abs=1e-6)
     g2 = LiquidGraph(TableEmbedder(table, dim=4),
                      config=GraphConfig(engram=EngramConfig(reconcile=False, gat_min_strength=0.01)))
-    g2.engram([("a", "r", "z"), ("b", "r", "z")])
-    rep2 = g2.engram([("c", "r", "z")])
+    g2.engram([("a", "r", "z"), ("b", "r", "z")], source="test")
+    rep2 = g2.engram([("c", "r", "z")], source="test")
     got2 = {g2.edge(e)["object"]: g2.edge(e)["strength"] for e in rep2.association_edges}
     assert got2 == pytest.approx({"a": 0.5 * 0.880797 * 0.8, "b": 0.5 * 0.119203 * 0.6}, abs=1e-6)
     assert all(g.edge(e)["relation"] == "related to" for e in rep.association_edges)
@@ -105,35 +105,35 @@ def test_reconciliation_newer_wins_and_old_stays_inspectable():
         assert old not in {it.edge_id for it in res.items}
         assert new in {it.edge_id for it in res.items}
     # a multi-valued relation never conflicts
-    g.engram([("blue die", "likes", "red")])
-    rep = g.engram([("blue die", "likes", "green")])
+    g.engram([("blue die", "likes", "red")], source="test")
+    rep = g.engram([("blue die", "likes", "green")], source="test")
     assert rep.invalidated_edges == []
 
 
 def test_reconciliation_stronger_policy_and_off():
     g = hash_graph(conflict_policy="stronger")
-    e_old = g.engram([("ommar", "is", "referee")]).new_edges[0]
-    g.engram([("ommar", "is", "referee")])  # repeated: 0.5 -> 0.6, confidence 0.7 -> 0.76
-    rep = g.engram([("ommar", "is", "player")])
+    e_old = g.engram([("ommar", "is", "referee")], source="test").new_edges[0]
+    g.engram([("ommar", "is", "referee")], source="test")  # repeated: 0.5 -> 0.6, confidence 0.7 -> 0.76
+    rep = g.engram([("ommar", "is", "player")], source="test")
     assert rep.rejected_edges and not rep.invalidated_edges
     assert g.edge(rep.rejected_edges[0])["valid"] is False
     assert g.edge(rep.rejected_edges[0])["invalidated_by"] == e_old
     assert g.edge(e_old)["valid"] and g.edge(e_old)["strength"] == pytest.approx(0.6)
     g2 = hash_graph(reconcile=False)
-    g2.engram([("ommar", "is", "referee")])
-    assert g2.engram([("ommar", "is", "player")]).invalidated_edges == []
+    g2.engram([("ommar", "is", "referee")], source="test")
+    assert g2.engram([("ommar", "is", "player")], source="test").invalidated_edges == []
     assert g2.stats()["n_facts"] == 2
 
 
 def test_engram_bad_input():
     g = hash_graph()
-    rep = g.engram([("", "r", "x"), ("  ", "r", "y")])
+    rep = g.engram([("", "r", "x"), ("  ", "r", "y")], source="test")
     assert len(rep.skipped) == 2 and g.stats()["n_nodes"] == 0
     with pytest.raises(ValueError, match="subject, relation, object"):
-        g.engram([("only", "two")])
+        g.engram([("only", "two")], source="test")
     with pytest.raises(KeyError, match="not a node id"):
         g.engram([("a", "b", "c")], episode="episode-7")
-    g.engram([("a", "b", "c")])
+    g.engram([("a", "b", "c")], source="test")
     nid = g.find("a")
     with pytest.raises(ValueError, match="not an episode"):
         g.engram([("a", "b", "c")], episode=nid)
@@ -160,7 +160,7 @@ def chain_graph(cfg=None):
     table = {t: np.eye(8)[i] for i, t in enumerate("abcd")}
     g = LiquidGraph(TableEmbedder(table, dim=8),
                     config=cfg or GraphConfig(engram=EngramConfig(gat=False, reconcile=False)))
-    rep = g.engram([("a", "r", "b"), ("b", "r", "c"), ("c", "r", "d")])
+    rep = g.engram([("a", "r", "b"), ("b", "r", "c"), ("c", "r", "d")], source="test")
     return g, rep.new_edges
 
 
@@ -263,7 +263,7 @@ def test_vector_index_exact_and_approximate_switch():
 def test_graph_switches_to_approximate_index():
     cfg = GraphConfig(index=IndexConfig(approx_threshold=40))
     g = LiquidGraph(HashEmbedder(dim=64), config=cfg)
-    g.engram([(f"thing {i}", "near", f"place {i}") for i in range(25)])
+    g.engram([(f"thing {i}", "near", f"place {i}") for i in range(25)], source="test")
     assert g.stats()["approximate_index"]
     res = g.recall("thing 7", k=3)
     assert any("thing 7" in it.text for it in res.items)

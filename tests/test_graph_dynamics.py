@@ -20,7 +20,7 @@ def make(edges, *, dyn=None, table=None, dim=256):
     cfg = GraphConfig(engram=replace(GraphConfig().engram, gat=False, reconcile=False),
                       dynamics=dyn if dyn is not None else DynamicsConfig())
     g = LiquidGraph(TableEmbedder(table or {}, dim=dim), config=cfg)
-    rep = g.engram([(s, r, o) for s, r, o, _ in edges])
+    rep = g.engram([(s, r, o) for s, r, o, _ in edges], source="test")
     ids = {}
     for (s, r, o, st), e in zip(edges, rep.new_edges):
         g.edges.strength[e] = st
@@ -202,7 +202,7 @@ def test_scc_merges_near_duplicates_in_a_cycle():
     cfg = GraphConfig(engram=replace(GraphConfig().engram, gat=False, resolve_threshold=0.97))
     g = LiquidGraph(TableEmbedder(table, dim=4), config=cfg)
     g.engram([("bob", "also called", "robert"), ("robert", "also called", "bob"), ("robert", "lives in", "paris"),
-              ("bob", "plays", "chess")])
+              ("bob", "plays", "chess")], source="test")
     assert g.stats()["n_entities"] == 4
     rep = g.maintain(steps=["scc"])
     assert rep.steps["scc"]["merged"] == 1
@@ -221,7 +221,7 @@ def test_scc_merge_keeps_a_permanent_member_and_merges_the_rest_into_it():
     cfg = GraphConfig(engram=replace(GraphConfig().engram, gat=False, resolve_threshold=0.99))
     g = LiquidGraph(TableEmbedder(table, dim=4), config=cfg)
     g.engram([("bob", "also called", "robert"), ("robert", "also called", "bobby"), ("bobby", "also called", "bob"),
-              ("bob", "plays", "chess")])
+              ("bob", "plays", "chess")], source="test")
     bobby = g.find("bobby")
     assert g.stats()["n_entities"] == 4 and g._idx(g.find("bob")) < g._idx(g.find("robert")) < g._idx(bobby)
     g.nodes.permanent[g._idx(bobby)] = True

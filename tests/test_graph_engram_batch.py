@@ -79,9 +79,9 @@ def test_engram_resolves_against_entities_created_in_the_same_call(approx, gat_k
     idx = IndexConfig(approx_threshold=2, flush_size=1) if approx else IndexConfig()
     cfg = GraphConfig(index=idx, engram=replace(EngramConfig(), gat_k=gat_k))
     g = LiquidGraph(_table(), config=cfg)
-    g.engram([("x", "rel", "other")])
+    g.engram([("x", "rel", "other")], source="test")
     x = g.find("x")
-    rep = g.engram([("a", "rel", "other"), ("a prime", "rel", "b")])
+    rep = g.engram([("a", "rel", "other"), ("a prime", "rel", "b")], source="test")
     a = g.find("a")
     # "a prime" was resolved to "a", created earlier in this very call
     assert g.find("a prime") == a
@@ -156,7 +156,7 @@ def test_engram_batch_matches_one_by_one_resolution_reference(seed):
     emb = TableEmbedder(table, dim=dim, seed=seed)
     g = LiquidGraph(emb)
     names = list(table)
-    g.engram([(names[i], "near", names[i + 1]) for i in range(0, 10, 2)])  # some known entities first
+    g.engram([(names[i], "near", names[i + 1]) for i in range(0, 10, 2)], source="test")  # some known entities first
     kinds = []
     for _ in range(3):
         picks = rng.choice(len(names), size=(25, 2))
@@ -172,7 +172,7 @@ def test_engram_batch_matches_one_by_one_resolution_reference(seed):
         alive = np.flatnonzero(g.nodes.alive & (g.nodes.kind == KIND_ENTITY))
         ref, ref_assoc = _reference_resolution(alive, g._emb, emb.encode([key_text[k] for k in new_keys]),
                                                g.config.engram, g.nodes.n)
-        rep = g.engram(trips)
+        rep = g.engram(trips, source="test")
         got = [("resolved" if k not in {norm_key(g.nodes.text[g._idx(n)]) for n in rep.new_nodes} else "new",
                 g._entity_key[k]) for k in new_keys]
         assert got == ref
@@ -223,8 +223,8 @@ def test_large_calls_take_the_blockwise_paths(monkeypatch):
 
     def build():
         g = LiquidGraph(TableEmbedder(table, dim=16))
-        g.engram(trips[:5])
-        g.engram(trips[5:])
+        g.engram(trips[:5], source="test")
+        g.engram(trips[5:], source="test")
         return g
 
     ref = build()

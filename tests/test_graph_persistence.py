@@ -29,13 +29,13 @@ def test_round_trip_is_exact(tmp_path):
     g = story_graph()
     out = g.save(tmp_path / "mem")
     m = read_manifest(out)
-    assert m["format"] == "mags-liquid-graph" and m["version"] == 1 and m["embedder"]["dim"] == 64
+    assert m["format"] == "mags-liquid-graph" and m["version"] == 2 and m["embedder"]["dim"] == 64
     h = LiquidGraph.load(out, EMB)
     assert g.equals(h) and h.oplog == g.oplog and h.config == g.config and h.seed == 3
     assert [it.text for it in h.recall("blorps", k=5).items] == [it.text for it in g.recall("blorps", k=5).items]
     # both continue identically
     for x in (g, h):
-        x.engram([("caves", "are", "cold")])
+        x.engram([("caves", "are", "cold")], source="test")
         x.maintain()
     assert g.equals(h)
 
@@ -43,7 +43,7 @@ def test_round_trip_is_exact(tmp_path):
 def test_save_overwrites_previous_save_atomically(tmp_path):
     g = story_graph()
     p = g.save(tmp_path / "mem")
-    g.engram([("lemons", "are", "sour")])
+    g.engram([("lemons", "are", "sour")], source="test")
     g.save(p)
     assert LiquidGraph.load(p, EMB).equals(g)
     assert [x.name for x in tmp_path.iterdir()] == ["mem"]  # no temp or old folders left
@@ -53,17 +53,17 @@ def test_failed_save_leaves_previous_state_intact(tmp_path, monkeypatch):
     g = story_graph()
     p = g.save(tmp_path / "mem")
     saved = LiquidGraph.load(p, EMB)
-    g.engram([("lemons", "are", "sour")])
+    g.engram([("lemons", "are", "sour")], source="test")
     calls = {"n": 0}
-    real = persistence._write
+    real = persistence.atomic.write_file
 
-    def flaky(path, data, files, root):
+    def flaky(path, data, root):
         calls["n"] += 1
         if calls["n"] == 5:
             raise OSError("disk full (simulated)")
-        return real(path, data, files, root)
+        return real(path, data, root)
 
-    monkeypatch.setattr(persistence, "_write", flaky)
+    monkeypatch.setattr(persistence.atomic, "write_file", flaky)
     with pytest.raises(OSError, match="disk full"):
         g.save(p)
     monkeypatch.undo()

@@ -59,7 +59,7 @@ def test_random_operation_sequences(ops):
         kind = o[0]
         if kind == "engram":
             ep = g.add_episode(f"input {i}: " + "; ".join(" ".join(t) for t in o[1]), source=f"S{i}") if o[2] else None
-            g.engram(o[1], episode=ep)
+            g.engram(o[1], episode=ep, source=f"S{i}")
         elif kind == "recall":
             last = g.recall(o[1], k=o[2])
             for it in last.items:

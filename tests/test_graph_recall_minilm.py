@@ -67,6 +67,6 @@ def test_multi_query_reaches_two_hops(memory):
 def test_entity_resolution_with_minilm(memory):
     n_before = memory.stats()["n_entities"]
     h = memory.copy()
-    rep = h.engram([("lena", "likes", "the ocean")])  # "lena" resolves to Lena by text
+    rep = h.engram([("lena", "likes", "the ocean")], source="test")  # "lena" resolves to Lena by text
     assert h.find("lena") == memory.find("Lena")
     assert h.stats()["n_entities"] == n_before + 1 and len(rep.new_nodes) == 1

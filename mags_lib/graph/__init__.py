@@ -7,8 +7,8 @@ language models (importing it imports no torch). Submodules: ``viz`` (pictures, 
 >>> from mags_lib.graph import LiquidGraph, GraphConfig
 """
 
-from . import tour, viz
-from .config import DynamicsConfig, EngramConfig, GraphConfig, IndexConfig, RecallConfig
+from . import atomic, tour, viz
+from .config import DynamicsConfig, EngramConfig, GraphConfig, IndexConfig, LimitsConfig, RecallConfig
 from .core import LiquidGraph, norm_key
 from .dynamics import STEPS, core_numbers
 from .index import VectorIndex
@@ -23,12 +23,47 @@ from .model import (
     RecallTrace,
     TracePath,
 )
-from .persistence import FORMAT_NAME, FORMAT_VERSION, load_graph, read_manifest, save_graph
+from .persistence import (
+    FORMAT_NAME,
+    FORMAT_VERSION,
+    graph_from_files,
+    graph_to_files,
+    load_graph,
+    read_manifest,
+    save_graph,
+)
 from .testing import TableEmbedder
 
 __all__ = [
-    "FORMAT_NAME", "FORMAT_VERSION", "STEPS", "Anchor", "DynamicsConfig", "EngramConfig", "EngramReport",
-    "GraphConfig", "GraphDiff", "GraphFormatError", "IndexConfig", "LiquidGraph", "MaintainReport", "Recall",
-    "RecallConfig", "RecallItem", "RecallTrace", "TableEmbedder", "TracePath", "VectorIndex", "core_numbers",
-    "load_graph", "norm_key", "read_manifest", "save_graph", "tour", "viz",
+    "FORMAT_NAME",
+    "FORMAT_VERSION",
+    "STEPS",
+    "Anchor",
+    "DynamicsConfig",
+    "EngramConfig",
+    "EngramReport",
+    "GraphConfig",
+    "GraphDiff",
+    "GraphFormatError",
+    "IndexConfig",
+    "LimitsConfig",
+    "LiquidGraph",
+    "MaintainReport",
+    "Recall",
+    "RecallConfig",
+    "RecallItem",
+    "RecallTrace",
+    "TableEmbedder",
+    "TracePath",
+    "VectorIndex",
+    "atomic",
+    "core_numbers",
+    "graph_from_files",
+    "graph_to_files",
+    "load_graph",
+    "norm_key",
+    "read_manifest",
+    "save_graph",
+    "tour",
+    "viz",
 ]

@@ -10,7 +10,9 @@ checked in ``__post_init__``. Ablations are configurations::
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import math
+import numbers
+from dataclasses import dataclass, field, fields
 
 __all__ = [
     "DEFAULT_MULTI_VALUED",
@@ -18,7 +20,9 @@ __all__ = [
     "EngramConfig",
     "GraphConfig",
     "IndexConfig",
+    "LimitsConfig",
     "RecallConfig",
+    "coerce_fields",
 ]
 
 # Relations that may legitimately hold several objects at once (never treated as conflicts when
@@ -31,6 +35,79 @@ DEFAULT_MULTI_VALUED: frozenset[str] = frozenset(
         "eats", "ate", "eat", "read", "reads", "went to", "attended",
     }
 )
+
+
+def coerce_fields(obj) -> None:
+    """Check the type of every field of a frozen config dataclass and normalise it in place.
+
+    Driven by the field annotations: ``bool`` fields take True/False (numpy bools too); ``int``
+    fields take integers (numpy integers become ``int``; floats such as 2.5, strings and bools are
+    refused); ``float`` fields take finite real numbers (numpy scalars and ints become ``float``);
+    ``str`` fields take strings; ``frozenset[str]`` fields take any collection of strings; ``X |
+    None`` also takes None. Other annotations are left to the class's own checks. Errors name the
+    class and the field, so a hand-edited saved config says what is wrong.
+
+    >>> from dataclasses import dataclass
+    >>> @dataclass(frozen=True)
+    ... class C:
+    ...     k: int = 1
+    ...     def __post_init__(self):
+    ...         coerce_fields(self)
+    >>> C(k=2.5)
+    Traceback (most recent call last):
+    ...
+    TypeError: C.k must be an integer, got 2.5
+    """
+    import numpy as np
+
+    cls = type(obj).__name__
+    specs = _FIELD_SPECS.get(type(obj))
+    if specs is None:
+        specs = []
+        for f in fields(obj):
+            t = f.type if isinstance(f.type, str) else getattr(f.type, "__name__", str(f.type))
+            parts = [p.strip() for p in t.split("|")]
+            base = next((p for p in parts if p != "None"), "None")
+            base = "frozenset" if base.startswith("frozenset") else base
+            if base in ("bool", "int", "float", "str", "frozenset"):
+                specs.append((f.name, base, "None" in parts))
+        _FIELD_SPECS[type(obj)] = specs
+    for name, base, optional in specs:
+        v = getattr(obj, name)
+        if v is None and optional:
+            continue
+        if type(v) is _PLAIN.get(base) and (base != "float" or math.isfinite(v)):
+            continue  # already a plain value of the right type
+        where = f"{cls}.{name}"
+        if base == "bool":
+            if not isinstance(v, (bool, np.bool_)):
+                raise TypeError(f"{where} must be True or False, got {v!r}")
+            v = bool(v)
+        elif base == "int":
+            if isinstance(v, (bool, np.bool_)) or not isinstance(v, numbers.Integral):
+                raise TypeError(f"{where} must be an integer{' or None' if optional else ''}, got {v!r}")
+            v = int(v)
+        elif base == "float":
+            if isinstance(v, (bool, np.bool_)) or not isinstance(v, numbers.Real):
+                raise TypeError(f"{where} must be a number{' or None' if optional else ''}, got {v!r}")
+            v = float(v)
+            if not math.isfinite(v):
+                raise ValueError(f"{where} must be a finite number, got {v!r}")
+        elif base == "str":
+            if not isinstance(v, str):
+                raise TypeError(f"{where} must be a string, got {v!r}")
+            v = str(v)
+        elif base == "frozenset":
+            if isinstance(v, (str, bytes)) or not isinstance(v, (set, frozenset, list, tuple)):
+                raise TypeError(f"{where} must be a collection of strings, got {v!r}")
+            if not all(isinstance(x, str) for x in v):
+                raise TypeError(f"{where} must hold strings only, got {sorted(map(repr, v))}")
+            v = frozenset(v)
+        object.__setattr__(obj, name, v)
+
+
+_FIELD_SPECS: dict[type, list[tuple[str, str, bool]]] = {}
+_PLAIN = {"bool": bool, "int": int, "float": float, "str": str}
 
 
 def _check_unit(name: str, value: float, *, open_low: bool = False, open_high: bool = False) -> None:
@@ -66,6 +143,7 @@ class IndexConfig:
     threads: int = 0  # threads for batch add/search (0: all cores; 1: reproducible HNSW inserts)
 
     def __post_init__(self) -> None:
+        coerce_fields(self)
         if self.approx_threshold < 2:
             raise ValueError(f"approx_threshold must be >= 2, got {self.approx_threshold}")
         for name in ("connectivity", "expansion_add", "expansion_search", "expansion_resolve"):
@@ -109,6 +187,7 @@ class EngramConfig:
     superseded_episode_confidence: float = 0.5  # episodes of a superseded fact: confidence *= this
 
     def __post_init__(self) -> None:
+        coerce_fields(self)
         _check_unit("resolve_threshold", self.resolve_threshold, open_low=True)
         _check_unit("init_strength", self.init_strength, open_low=True)
         _check_unit("init_confidence", self.init_confidence, open_low=True)
@@ -129,8 +208,6 @@ class EngramConfig:
         _check_unit("conflict_surprise", self.conflict_surprise)
         _check_unit("episode_link_strength", self.episode_link_strength, open_low=True)
         _check_unit("superseded_episode_confidence", self.superseded_episode_confidence)
-        object.__setattr__(self, "functional_relations", frozenset(self.functional_relations))
-        object.__setattr__(self, "multi_valued_relations", frozenset(self.multi_valued_relations))
 
     def is_functional(self, relation_key: str) -> bool:
         """Whether a (normalised) relation holds one object at a time, so a new object supersedes."""
@@ -167,6 +244,7 @@ class RecallConfig:
     coactivation: bool = True  # record co-activation for Hebbian strengthening at the next maintain
 
     def __post_init__(self) -> None:
+        coerce_fields(self)
         if self.n_anchors < 1:
             raise ValueError(f"n_anchors must be >= 1, got {self.n_anchors}")
         if self.overquery < 1:
@@ -244,6 +322,7 @@ class DynamicsConfig:
     max_edges: int | None = None  # capacity: valid edges kept (weakest non-permanent removed first)
 
     def __post_init__(self) -> None:
+        coerce_fields(self)
         for name in ("hebbian_rate", "reward_rate", "recency_protection", "kcore_rate", "kcore_importance",
                      "scc_rate"):
             _check_unit(name, getattr(self, name))
@@ -277,6 +356,31 @@ class DynamicsConfig:
 
 
 @dataclass(frozen=True)
+class LimitsConfig:
+    """Bounds on what the memory keeps besides the graph itself (snapshots, log, co-activations).
+
+    The newest snapshot is always kept, even when it alone exceeds ``max_snapshot_bytes``. A snapshot
+    holds a copy of the numeric columns (about 90 bytes per node and 110 per edge) and shares the
+    embeddings and texts with the live graph; folding the log keeps one such copy as its base.
+    """
+
+    max_snapshots: int | None = 32  # in-memory snapshots kept; the oldest is dropped first (None: no limit)
+    max_snapshot_bytes: int | None = 256 * 2**20  # total size of in-memory snapshots; oldest dropped first
+    max_oplog_ops: int | None = 100_000  # ops in the log; beyond, the log is folded into a checkpointed
+    # base state (replay = base state + log), so the log and replay time stay bounded
+    max_coactivation: int = 10_000  # co-activated anchor pairs kept between maintain ticks (oldest dropped)
+
+    def __post_init__(self) -> None:
+        coerce_fields(self)
+        for name in ("max_snapshots", "max_snapshot_bytes", "max_oplog_ops"):
+            v = getattr(self, name)
+            if v is not None and v < 1:
+                raise ValueError(f"{name} must be None or >= 1, got {v}")
+        if self.max_coactivation < 0:
+            raise ValueError(f"max_coactivation must be >= 0, got {self.max_coactivation}")
+
+
+@dataclass(frozen=True)
 class GraphConfig:
     """All knobs of a :class:`~mags_lib.graph.LiquidGraph`, one dataclass per operation."""
 
@@ -284,42 +388,47 @@ class GraphConfig:
     recall: RecallConfig = field(default_factory=RecallConfig)
     dynamics: DynamicsConfig = field(default_factory=DynamicsConfig)
     index: IndexConfig = field(default_factory=IndexConfig)
+    limits: LimitsConfig = field(default_factory=LimitsConfig)
 
     def __post_init__(self) -> None:
-        for name, cls in (("engram", EngramConfig), ("recall", RecallConfig),
-                          ("dynamics", DynamicsConfig), ("index", IndexConfig)):
+        for name, cls in _PARTS:
             if not isinstance(getattr(self, name), cls):
                 raise TypeError(f"GraphConfig.{name} must be a {cls.__name__}, got {type(getattr(self, name)).__name__}")
 
     def to_dict(self) -> dict:
-        """Plain-JSON form (sets become sorted lists)."""
-        from dataclasses import asdict
-
-        def conv(x):
-            if isinstance(x, (set, frozenset)):
-                return sorted(x)
-            if isinstance(x, dict):
-                return {k: conv(v) for k, v in x.items()}
-            return x
-
-        return conv(asdict(self))
+        """Plain-JSON form (sets become sorted lists); a new dict on every call."""
+        out = {}
+        for name, _ in _PARTS:
+            part = getattr(self, name)
+            out[name] = {f.name: (sorted(v) if isinstance(v, frozenset) else v)
+                         for f in fields(part) for v in (getattr(part, f.name),)}
+        return out
 
     @classmethod
     def from_dict(cls, d: dict) -> GraphConfig:
-        """Inverse of :meth:`to_dict`; unknown keys raise ``ValueError``."""
+        """Inverse of :meth:`to_dict`; a missing part takes its defaults (saves older than it).
+
+        Raises ``ValueError`` for unknown keys and ``TypeError`` / ``ValueError`` naming the field
+        for a value of the wrong type or out of range.
+        """
+        if not isinstance(d, dict):
+            raise TypeError(f"a GraphConfig dict must be a mapping of its parts, got {type(d).__name__}")
         parts = {}
-        for name, sub in (("engram", EngramConfig), ("recall", RecallConfig),
-                          ("dynamics", DynamicsConfig), ("index", IndexConfig)):
-            vals = dict(d.get(name, {}))
+        for name, sub in _PARTS:
+            vals = d.get(name, {})
+            if not isinstance(vals, dict):
+                raise TypeError(f"GraphConfig.{name} must be a mapping of {sub.__name__} fields, "
+                                f"got {type(vals).__name__}")
             known = set(sub.__dataclass_fields__)
             bad = set(vals) - known
             if bad:
                 raise ValueError(f"unknown {name} config keys {sorted(bad)}; known: {sorted(known)}")
-            for k in ("functional_relations", "multi_valued_relations"):
-                if k in vals:
-                    vals[k] = frozenset(vals[k])
             parts[name] = sub(**vals)
         bad = set(d) - set(parts)
         if bad:
             raise ValueError(f"unknown GraphConfig keys {sorted(bad)}")
         return cls(**parts)
+
+
+_PARTS = (("engram", EngramConfig), ("recall", RecallConfig), ("dynamics", DynamicsConfig),
+          ("index", IndexConfig), ("limits", LimitsConfig))

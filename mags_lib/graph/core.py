@@ -14,18 +14,37 @@ Storage layout
 
 Time is a logical clock: ``g.tick`` counts ``maintain`` calls. Nothing reads the wall clock, so an
 operation log replays to an identical graph.
+
+Reliability contract
+--------------------
+* **Boundary**: every public operation validates and normalises its arguments first
+  (:mod:`.values`: dates to ISO strings, numpy scalars to Python, text to valid UTF-8, node ids to
+  their string form) and raises ``TypeError`` / ``ValueError`` / ``KeyError`` before changing
+  anything; what was accepted is always savable and replays identically.
+* **Order is data**: whatever the history of the networkx structure (live inserts, merges that
+  re-add edges, rebuilds on load and rollback), every traversal breaks ties by node / edge id, so
+  live, loaded, rolled-back and replayed graphs recall identically.
+* **All or nothing**: :meth:`LiquidGraph.transaction` restores the whole state (stores, log,
+  snapshots) if anything inside raises; ``MAGS.observe`` runs each turn inside one.
+* **Bounded**: snapshots (count and bytes), the operation log (folded into a checkpointed base
+  state, see :attr:`LiquidGraph.oplog_base`) and the co-activation list are bounded by
+  :class:`~.config.LimitsConfig`. Snapshots share the embedding rows (written once, never
+  modified) and the list cells of the stores (replaced, never mutated in place, once a row exists).
 """
 
 from __future__ import annotations
 
+import base64
+import contextlib
+import numbers
 import re
-from collections.abc import Iterable, Sequence
-from dataclasses import replace
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import asdict, replace
 
 import networkx as nx
 import numpy as np
 
-from .config import GraphConfig
+from .config import GraphConfig, RecallConfig
 from .index import VectorIndex
 from .model import EngramReport, GraphDiff, MaintainReport, Recall
 from .store import (
@@ -42,8 +61,9 @@ from .store import (
     STAGE_WORKING,
     ColumnStore,
 )
+from .values import clean_int, clean_source, clean_text, clean_time, clean_unit
 
-__all__ = ["LiquidGraph", "norm_key"]
+__all__ = ["OPS", "LiquidGraph", "check_op", "norm_key"]
 
 _PUNCT = re.compile(r"[^\w\s]")
 _ARTICLES = re.compile(r"\b(a|an|the)\b")
@@ -109,7 +129,7 @@ class LiquidGraph:
         self.config = config if config is not None else GraphConfig()
         if not isinstance(self.config, GraphConfig):
             raise TypeError(f"config must be a GraphConfig, got {type(self.config).__name__}")
-        self.seed = seed
+        self.seed = None if seed is None else clean_int(seed, "seed")
         self.dim = int(embedder.dim)
         self._reset()
         self._snapshots: dict[str, dict] = {}
@@ -128,25 +148,29 @@ class LiquidGraph:
         self._coact: list[tuple[int, int]] = []  # anchor pairs co-activated since the last tick
         self.tick = 0
         self.oplog: list[dict] = []
+        self.oplog_base: dict | None = None  # state the log starts from (None: the empty graph)
         self.G = nx.MultiDiGraph()
         self._ent_index = VectorIndex(self.dim, self.config.index)
         self._ep_index = VectorIndex(self.dim, self.config.index)
 
-    def _state(self) -> dict:
+    def _state(self, share: bool = False) -> dict:
+        """The whole state. ``share=True`` (snapshots, checkpoints): the embedding rows and the list
+        cells are shared, not copied -- both are immutable once written (see the module docstring)."""
+        n, r = self.nodes.n, len(self._rel_text)
         return {
-            "nodes": self.nodes.state(),
-            "edges": self.edges.state(),
-            "emb": self._emb[: self.nodes.n].copy(),
+            "nodes": self.nodes.state(deep=not share),
+            "edges": self.edges.state(deep=not share),
+            "emb": self._emb[:n] if share else self._emb[:n].copy(),
             "rel_text": list(self._rel_text),
-            "rel_emb": self._rel_emb[: len(self._rel_text)].copy(),
+            "rel_emb": self._rel_emb[:r] if share else self._rel_emb[:r].copy(),
             "coact": [list(p) for p in self._coact],
             "tick": int(self.tick),
             "oplog_len": len(self.oplog),
         }
 
-    def _load_state(self, st: dict, oplog: list[dict] | None = None) -> None:
-        self.nodes.load_state(st["nodes"])
-        self.edges.load_state(st["edges"])
+    def _load_state(self, st: dict, oplog: list[dict] | None = None, *, shared: bool = False) -> None:
+        self.nodes.load_state(st["nodes"], deep=not shared)
+        self.edges.load_state(st["edges"], deep=not shared)
         n = self.nodes.n
         emb = np.asarray(st["emb"], dtype=np.float32)
         if emb.shape != (n, self.dim):
@@ -163,7 +187,7 @@ class LiquidGraph:
         self._coact = [tuple(int(x) for x in p) for p in st["coact"]]
         self.tick = int(st["tick"])
         if oplog is not None:
-            self.oplog = [dict(o) for o in oplog]
+            self.oplog = list(oplog)  # entries are never modified once logged: they can be shared
         self._rebuild_derived()
 
     def _rebuild_derived(self) -> None:
@@ -346,8 +370,7 @@ class LiquidGraph:
                     ed.confidence[dup] = max(ed.confidence[dup], ed.confidence[e])
                     ed.uses[dup] += ed.uses[e]
                     ed.permanent[dup] |= ed.permanent[e]
-                    _union(ed.episodes[dup], ed.episodes[e])
-                    _union(ed.sources[dup], ed.sources[e])
+                    self._add_provenance(dup, ed.episodes[e], ed.sources[e])
                     ed.alive[e] = False
                     continue
                 self.G.add_edge(nu, nv, key=e)
@@ -358,26 +381,43 @@ class LiquidGraph:
         nd.permanent[keep] |= nd.permanent[drop]
         nd.stage[keep] = max(nd.stage[keep], nd.stage[drop])
         mk, md = nd.meta[keep], nd.meta[drop]
-        _union(mk["aliases"], md["aliases"])
         keys = list(md["keys"])
-        _union(mk["keys"], keys)
-        md["keys"] = []
+        # list cells are replaced, never mutated in place (snapshots share them)
+        nd.meta[keep] = {**mk, "aliases": _merged(mk["aliases"], md["aliases"]), "keys": _merged(mk["keys"], keys),
+                         "merged": [*mk.get("merged", []), self.node_id(drop)]}
+        nd.meta[drop] = {**md, "keys": []}
         for key in keys:
             self._entity_key[key] = keep
         nd.permanent[drop] = False
         self._kill_nodes([drop])
-        mk.setdefault("merged", []).append(self.node_id(drop))
 
     def _find_edge(self, s: int, o: int, rel: int, kind: int) -> int | None:
-        """A live valid edge s -> o with this relation and kind, or None."""
+        """The live valid edge s -> o with this relation and kind (the lowest id if several), or None."""
         kd = self.G._succ.get(s, {}).get(o)
         if not kd:
             return None
         ed = self.edges
-        for e in kd:
-            if ed.rel[e] == rel and ed.kind[e] == kind:
-                return int(e)
-        return None
+        found = [int(e) for e in kd if ed.rel[e] == rel and ed.kind[e] == kind]
+        return min(found) if found else None
+
+    def _add_provenance(self, e: int, episodes: Sequence[str], sources: Sequence[str]) -> None:
+        """Add episode and source ids to edge ``e``'s provenance (a new list: cells are never mutated)."""
+        ed = self.edges
+        if any(x not in ed.episodes[e] for x in episodes):
+            ed.episodes[e] = _merged(ed.episodes[e], episodes)
+        if any(x not in ed.sources[e] for x in sources):
+            ed.sources[e] = _merged(ed.sources[e], sources)
+
+    # ------------------------------------------------------------------------------------------
+    # the operation log
+    def _log(self, op: dict) -> None:
+        """Append ``op`` (plain JSON values only) to the log; past ``max_oplog_ops`` entries the log is
+        folded: the current state becomes :attr:`oplog_base` and the log starts again, empty."""
+        self.oplog.append(op)
+        cap = self.config.limits.max_oplog_ops
+        if cap is not None and len(self.oplog) > cap:
+            self.oplog_base = self._state(share=True)
+            self.oplog = []
 
     # ------------------------------------------------------------------------------------------
     # public operations (logged)
@@ -396,27 +436,39 @@ class LiquidGraph:
         importance : float, optional
             Initial importance in [0, 1] (default ``EngramConfig.init_importance``).
         """
-        if not isinstance(text, str) or not text.strip():
-            raise ValueError("add_episode needs a non-empty text")
-        imp = self.config.engram.init_importance if importance is None else float(importance)
-        if not 0.0 <= imp <= 1.0:
-            raise ValueError(f"importance must be in [0, 1], got {importance}")
+        text = clean_text(text, "add_episode text")
+        source, time = clean_source(source), clean_time(time)
+        importance = None if importance is None else clean_unit(importance, "importance")
+        imp = self.config.engram.init_importance if importance is None else importance
         vec = self._encode([text])[0]
-        i = self._add_node(text, vec, KIND_EPISODE, importance=imp, surprise=0.0,
-                           source=None if source is None else str(source), time=None if time is None else str(time))
-        self.oplog.append({"op": "add_episode", "text": text, "source": source, "time": time,
-                           "importance": importance})
+        i = self._add_node(text, vec, KIND_EPISODE, importance=imp, surprise=0.0, source=source, time=time)
+        self._log({"op": "add_episode", "text": text, "source": source, "time": time, "importance": importance})
         return self.node_id(i)
 
     def engram(self, triplets, episode: str | None = None, source: str | None = None, time: str | None = None,
                importance: float | None = None) -> EngramReport:
-        """Write facts into memory (see :func:`mags_lib.graph.engram.engram`)."""
+        """Write facts into memory (see :func:`mags_lib.graph.engram.engram`).
+
+        Every fact needs provenance: ``episode`` (an id from :meth:`add_episode`, whose source id
+        travels too) or ``source`` (a source id such as ``"D1:3"``), or both. Every argument is
+        checked before anything changes.
+        """
         from .engram import engram
 
         trips = _as_triplets(triplets)
+        if episode is not None:
+            i = self._idx(episode)
+            if self.nodes.kind[i] != KIND_EPISODE:
+                raise ValueError(f"{episode!r} is not an episode node; pass the id returned by add_episode()")
+            episode = self.node_id(i)
+        source, time = clean_source(source), clean_time(time)
+        if episode is None and source is None:
+            raise ValueError("engram needs provenance: pass episode=<id from add_episode()> or "
+                             "source=<source id, e.g. 'D1:3'> so that every fact can be traced back")
+        importance = None if importance is None else clean_unit(importance, "importance")
         rep = engram(self, trips, episode=episode, source=source, time=time, importance=importance)
-        self.oplog.append({"op": "engram", "triplets": [list(t) for t in trips],
-                           "episode": episode, "source": source, "time": time, "importance": importance})
+        self._log({"op": "engram", "triplets": [list(t) for t in trips],
+                   "episode": episode, "source": source, "time": time, "importance": importance})
         return rep
 
     def recall(self, query: str | Sequence[str], k: int = 10, query_embeddings: np.ndarray | None = None,
@@ -424,14 +476,32 @@ class LiquidGraph:
         """Recall facts and episodes (see :func:`mags_lib.graph.recall.recall`)."""
         from .recall import recall
 
+        if isinstance(query, str):
+            query = clean_text(query, "recall query")
+        elif isinstance(query, Sequence) and not isinstance(query, (bytes, bytearray)):
+            if not query:
+                raise ValueError("recall needs a query string or a non-empty list of query strings, got []")
+            query = [clean_text(q, "recall query") for q in query]
+        else:
+            raise TypeError("recall needs a query string or a non-empty list of query strings, "
+                            f"got {query!r:.80}")
+        k = clean_int(k, "k", minimum=1)
+        if config is not None and not isinstance(config, RecallConfig):
+            raise TypeError(f"config must be a RecallConfig or None, got {type(config).__name__}")
+        if query_embeddings is not None:
+            query_embeddings = np.asarray(query_embeddings, dtype=np.float32)
+            if not np.isfinite(query_embeddings).all():
+                raise ValueError("query_embeddings hold NaN or infinite values")
         res = recall(self, query, k=k, query_embeddings=query_embeddings, config=config)
         cfg = config or self.config.recall
-        if cfg.touch or cfg.coactivation:
-            self.oplog.append({
-                "op": "recall", "query": query if isinstance(query, str) else list(query), "k": int(k),
-                "query_embeddings": None if query_embeddings is None
-                else np.asarray(query_embeddings, dtype=np.float32).tolist(),
-                "config": None if config is None else _cfg_dict(config)})
+        if res.items and (cfg.touch or cfg.coactivation):  # a recall that changed nothing is not logged
+            op = {"op": "recall", "query": query, "k": k}
+            if query_embeddings is not None:
+                q = np.ascontiguousarray(query_embeddings.reshape(-1, self.dim), dtype="<f4")
+                op["query_embeddings_b64"] = base64.b64encode(q.tobytes()).decode("ascii")
+            if config is not None:
+                op["config"] = _cfg_delta(config)
+            self._log(op)
         return res
 
     def reinforce(self, result: Recall, reward: float = 1.0, items: Sequence[int] | None = None) -> int:
@@ -441,104 +511,188 @@ class LiquidGraph:
         """
         from .dynamics import reinforce_edges
 
-        if not -1.0 <= float(reward) <= 1.0:
-            raise ValueError(f"reward must be in [-1, 1], got {reward}")
-        chosen = result.items if items is None else [result.items[i] for i in items]
-        eids = sorted({e for it in chosen for e in it.edges} | {it.edge_id for it in chosen if it.edge_id is not None})
+        if not isinstance(result, Recall):
+            raise TypeError(f"reinforce needs the Recall returned by recall(), got {type(result).__name__}")
+        if isinstance(reward, (bool, np.bool_)) or not isinstance(reward, numbers.Real) \
+                or not -1.0 <= float(reward) <= 1.0:
+            raise ValueError(f"reward must be a number in [-1, 1], got {reward!r}")
+        reward = float(reward)
+        if items is None:
+            chosen = result.items
+        else:
+            idx = [clean_int(i, "items[...]", minimum=0) for i in items]
+            if any(i >= len(result.items) for i in idx):
+                raise ValueError(f"items must index the {len(result.items)} recalled items, got {list(items)}")
+            chosen = [result.items[i] for i in idx]
+        eids = sorted({int(e) for it in chosen for e in it.edges}
+                      | {int(it.edge_id) for it in chosen if it.edge_id is not None})
         n = reinforce_edges(self, eids, reward)
-        self.oplog.append({"op": "reinforce", "edges": eids, "reward": float(reward)})
+        self._log({"op": "reinforce", "edges": eids, "reward": reward})
         return n
 
     def maintain(self, steps: Sequence[str] | None = None) -> MaintainReport:
         """One tick of every enabled dynamic (see :func:`mags_lib.graph.dynamics.maintain`)."""
-        from .dynamics import maintain
+        from .dynamics import STEPS, maintain
 
+        if steps is not None:
+            if isinstance(steps, str) or not all(isinstance(x, str) for x in steps):
+                raise TypeError(f"steps must be a list of step names such as ['decay'], got {steps!r}")
+            steps = [str(x) for x in steps]
+            bad = [x for x in steps if x not in STEPS]
+            if bad:
+                raise ValueError(f"unknown maintain steps {bad}; known: {list(STEPS)}")
         rep = maintain(self, steps=steps)
-        self.oplog.append({"op": "maintain", "steps": None if steps is None else list(steps)})
+        self._log({"op": "maintain", "steps": steps})
         return rep
 
     def set_permanent(self, node_id: str, permanent: bool = True) -> None:
         """Pin (or unpin) a node: permanent nodes are never pruned or evicted."""
         i = self._idx(node_id)
+        if not isinstance(permanent, (bool, np.bool_)):
+            raise TypeError(f"permanent must be True or False, got {permanent!r}")
         self.nodes.permanent[i] = bool(permanent)
-        self.oplog.append({"op": "set_permanent", "node": node_id, "permanent": bool(permanent)})
+        self._log({"op": "set_permanent", "node": self.node_id(i), "permanent": bool(permanent)})
 
     # ------------------------------------------------------------------------------------------
     # replay
     def apply(self, op: dict) -> None:
-        """Apply one operation-log entry (as recorded by this class)."""
-        kind = op.get("op")
+        """Apply one operation-log entry (as recorded by this class; checked by :func:`check_op`)."""
+        check_op(op)
+        kind = op["op"]
         if kind == "add_episode":
             self.add_episode(op["text"], source=op["source"], time=op["time"], importance=op.get("importance"))
         elif kind == "engram":
             self.engram([tuple(t) for t in op["triplets"]], episode=op["episode"], source=op["source"],
                         time=op["time"], importance=op.get("importance"))
         elif kind == "recall":
-            qe = op.get("query_embeddings")
             cfg = op.get("config")
-            from .config import RecallConfig
-            self.recall(op["query"], k=op["k"], query_embeddings=None if qe is None else np.asarray(qe, np.float32),
+            self.recall(op["query"], k=op["k"], query_embeddings=_op_query_embeddings(op, self.dim),
                         config=None if cfg is None else RecallConfig(**cfg))
         elif kind == "reinforce":
             from .dynamics import reinforce_edges
+
             reinforce_edges(self, op["edges"], op["reward"])
-            self.oplog.append(dict(op))
+            self._log({"op": "reinforce", "edges": [int(e) for e in op["edges"]], "reward": float(op["reward"])})
         elif kind == "maintain":
             self.maintain(steps=op.get("steps"))
         elif kind == "set_permanent":
             self.set_permanent(op["node"], op["permanent"])
-        else:
-            raise ValueError(f"unknown operation {kind!r} in the operation log")
 
     @classmethod
     def replay(cls, oplog: Sequence[dict], embedder, config: GraphConfig | None = None,
-               seed: int | None = None) -> LiquidGraph:
-        """Build a new graph by applying an operation log (needs the same embedder and config)."""
+               seed: int | None = None, base: dict | None = None) -> LiquidGraph:
+        """Build a new graph by applying an operation log (needs the same embedder and config).
+
+        ``base`` is the state the log starts from: a graph's :attr:`oplog_base` (None: the empty
+        graph). ``LiquidGraph.replay(g.oplog, g.embedder, g.config, base=g.oplog_base)`` rebuilds ``g``.
+        """
         g = cls(embedder, config=config, seed=seed)
-        for op in oplog:
-            g.apply(op)
+        if base is not None:
+            g._load_state(base, shared=True)
+            g.oplog_base = base
+        for i, op in enumerate(oplog):
+            try:
+                g.apply(op)
+            except (KeyError, ValueError, TypeError, IndexError) as exc:
+                kind = op.get("op") if isinstance(op, dict) else type(op).__name__
+                raise ValueError(f"operation-log entry {i} ({kind}) cannot be replayed: {exc} (a log of another "
+                                 "graph, or an edited one?)") from exc
         return g
 
     # ------------------------------------------------------------------------------------------
     # snapshots
     def snapshot(self) -> str:
-        """Store a copy of the whole state in memory; returns its id (``"s0"``, ``"s1"``, ...)."""
+        """Keep the whole state in memory; returns its id (``"s0"``, ``"s1"``, ...).
+
+        A snapshot shares what never changes (embedding rows, list cells, log entries) and copies
+        the numeric columns. ``config.limits`` bounds their number and total size: the oldest are
+        dropped first (the newest is always kept).
+        """
         sid = f"s{self._snap_counter}"
         self._snap_counter += 1
-        st = self._state()
-        st["oplog"] = [dict(o) for o in self.oplog]
+        st = self._state(share=True)
+        st["oplog"] = tuple(self.oplog)
+        st["oplog_base"] = self.oplog_base
+        st["nbytes"] = _snapshot_nbytes(st)
         self._snapshots[sid] = st
+        lim = self.config.limits
+        while len(self._snapshots) > 1 and (
+                (lim.max_snapshots is not None and len(self._snapshots) > lim.max_snapshots)
+                or (lim.max_snapshot_bytes is not None and self.snapshot_nbytes() > lim.max_snapshot_bytes)):
+            del self._snapshots[next(iter(self._snapshots))]
         return sid
 
     @property
     def snapshots(self) -> list[str]:
-        """Ids of the stored snapshots."""
+        """Ids of the stored snapshots, oldest first."""
         return list(self._snapshots)
+
+    def snapshot_nbytes(self) -> int:
+        """Bytes held by the stored snapshots (numeric columns, list slots, log references)."""
+        return int(sum(st["nbytes"] for st in self._snapshots.values()))
+
+    def _snapshot(self, sid: str) -> dict:
+        if isinstance(sid, str) and sid in self._snapshots:
+            return self._snapshots[sid]
+        m = re.fullmatch(r"s(\d+)", sid) if isinstance(sid, str) else None
+        if m and int(m.group(1)) < self._snap_counter:
+            raise KeyError(f"snapshot {sid!r} was dropped (config.limits keeps the newest "
+                           f"{self.config.limits.max_snapshots} within {self.config.limits.max_snapshot_bytes} "
+                           f"bytes, or drop_snapshot() removed it); known: {self.snapshots}")
+        raise KeyError(f"unknown snapshot {sid!r}; known: {self.snapshots}")
 
     def rollback(self, sid: str) -> None:
         """Restore the graph to snapshot ``sid`` exactly (the operation log is truncated to match)."""
-        if sid not in self._snapshots:
-            raise KeyError(f"unknown snapshot {sid!r}; known: {self.snapshots}")
-        st = self._snapshots[sid]
-        self._load_state(st, oplog=st["oplog"])
+        st = self._snapshot(sid)
+        self._load_state(st, oplog=list(st["oplog"]), shared=True)
+        self.oplog_base = st["oplog_base"]
 
     def drop_snapshot(self, sid: str) -> None:
-        """Free a snapshot's memory."""
-        self._snapshots.pop(sid, None)
+        """Free a snapshot's memory (``KeyError`` for an unknown id)."""
+        self._snapshot(sid)
+        del self._snapshots[sid]
+
+    @contextlib.contextmanager
+    def transaction(self) -> Iterator[LiquidGraph]:
+        """All or nothing: if the block raises, the graph is restored exactly (state, log, snapshots).
+
+        >>> from mags_lib.embed import HashEmbedder
+        >>> g = LiquidGraph(HashEmbedder(dim=16))
+        >>> try:
+        ...     with g.transaction():
+        ...         ep = g.add_episode("half a turn", source="T1")
+        ...         raise RuntimeError("the model failed")
+        ... except RuntimeError:
+        ...     pass
+        >>> g.stats()["n_nodes"], g.oplog
+        (0, [])
+
+        Costs one copy of the numeric columns (no text, no embeddings) when entered.
+        """
+        st = self._state(share=True)
+        log, n_log, base = self.oplog, len(self.oplog), self.oplog_base
+        snaps, counter = dict(self._snapshots), self._snap_counter
+        try:
+            yield self
+        except BaseException:
+            self._load_state(st, shared=True)
+            del log[n_log:]
+            self.oplog, self.oplog_base = log, base
+            self._snapshots, self._snap_counter = snaps, counter
+            raise
 
     def diff(self, a: str, b: str | None = None, *, atol: float = 1e-12) -> GraphDiff:
         """What changed from snapshot ``a`` to snapshot ``b`` (None: the current graph)."""
-        if a not in self._snapshots:
-            raise KeyError(f"unknown snapshot {a!r}; known: {self.snapshots}")
-        if b is not None and b not in self._snapshots:
-            raise KeyError(f"unknown snapshot {b!r}; known: {self.snapshots}")
+        self._snapshot(a)
+        if b is not None:
+            self._snapshot(b)
         sa = self._snapshots[a]
         sb = self._state() if b is None else self._snapshots[b]
         return _diff_states(sa, sb, atol=atol)
 
     def equals(self, other: LiquidGraph) -> bool:
         """True when both graphs hold exactly the same state (arrays, text, provenance, clock)."""
-        return not _state_differences(self._state(), other._state())
+        return not _state_differences(self._state(share=True), other._state(share=True))
 
     # ------------------------------------------------------------------------------------------
     # inspection
@@ -659,10 +813,16 @@ class LiquidGraph:
         return load_graph(path, embedder, config=config)
 
     def with_config(self, config: GraphConfig) -> LiquidGraph:
-        """A copy of this graph (state and log) that runs with another config."""
+        """A copy of this graph (state, log and its base) that runs with another config."""
         g = LiquidGraph(self.embedder, config=config, seed=self.seed)
-        g._load_state(self._state(), oplog=self.oplog)
+        g._load_state(self._state(share=True), oplog=self.oplog, shared=True)
+        g.oplog_base = self.oplog_base
         return g
+
+    def replayed(self) -> LiquidGraph:
+        """A new graph rebuilt from this graph's :attr:`oplog_base` and operation log."""
+        return LiquidGraph.replay(self.oplog, self.embedder, config=self.config, seed=self.seed,
+                                  base=self.oplog_base)
 
     def copy(self) -> LiquidGraph:
         """An independent copy (state, log, config; snapshots are not copied)."""
@@ -670,27 +830,104 @@ class LiquidGraph:
 
 
 # ----------------------------------------------------------------------------------------------
-def _union(dst: list, src: Iterable) -> None:
-    for x in src:
-        if x not in dst:
-            dst.append(x)
+def _merged(a: Sequence, b: Iterable) -> list:
+    """A new list: ``a`` followed by the items of ``b`` not in it yet."""
+    out = list(a)
+    for x in b:
+        if x not in out:
+            out.append(x)
+    return out
+
+
+def _field(x, where: str) -> str:
+    if isinstance(x, str):
+        return clean_text(x, where, allow_empty=True)
+    if isinstance(x, numbers.Number) and not isinstance(x, (bool, np.bool_, complex)):
+        return str(x.item() if isinstance(x, np.generic) else x)
+    raise TypeError(f"{where} must be a string, got {type(x).__name__} {x!r:.40}")
 
 
 def _as_triplets(triplets) -> list[tuple[str, str, str]]:
     if isinstance(triplets, tuple) and len(triplets) == 3 and all(isinstance(x, str) for x in triplets):
         triplets = [triplets]
+    if isinstance(triplets, (str, bytes)) or not isinstance(triplets, Iterable):
+        raise TypeError(f"triplets must be a list of (subject, relation, object) tuples, got {triplets!r:.80}")
     out = []
     for t in triplets:
         if not isinstance(t, (tuple, list)) or len(t) != 3:
-            raise ValueError(f"a triplet must be (subject, relation, object), got {t!r}")
-        out.append(tuple(str(x) for x in t))
+            raise ValueError(f"a triplet must be (subject, relation, object), got {t!r:.80}")
+        out.append(tuple(_field(x, f"triplet field {name}") for x, name in zip(t, ("subject", "relation", "object"))))
     return out
 
 
-def _cfg_dict(cfg) -> dict:
-    from dataclasses import asdict
+def _cfg_delta(cfg: RecallConfig) -> dict:
+    """The fields of a RecallConfig that differ from the defaults (enough to rebuild it)."""
+    default = asdict(RecallConfig())
+    return {k: v for k, v in asdict(cfg).items() if v != default[k]}
 
-    return asdict(cfg)
+
+def _op_query_embeddings(op: dict, dim: int) -> np.ndarray | None:
+    if "query_embeddings_b64" in op:
+        raw = base64.b64decode(op["query_embeddings_b64"].encode("ascii"), validate=True)
+        return np.frombuffer(raw, dtype="<f4").reshape(-1, dim).astype(np.float32)
+    qe = op.get("query_embeddings")  # logs written before the compact form
+    return None if qe is None else np.asarray(qe, dtype=np.float32)
+
+
+def _snapshot_nbytes(st: dict) -> int:
+    """Memory a snapshot holds on its own (shared embedding rows not counted)."""
+    n = 0
+    for part in ("nodes", "edges"):
+        n += sum(a.nbytes for a in st[part]["arrays"].values()) + 8 * sum(len(v) for v in st[part]["lists"].values())
+    return n + 8 * len(st["oplog"]) + 16 * len(st["coact"]) + 8 * len(st["rel_text"])
+
+
+_STR_OR_NONE = (str, type(None))
+OPS: dict[str, dict[str, tuple]] = {
+    "add_episode": {"text": (str,), "source": _STR_OR_NONE, "time": _STR_OR_NONE},
+    "engram": {"triplets": (list,), "episode": _STR_OR_NONE, "source": _STR_OR_NONE, "time": _STR_OR_NONE},
+    "recall": {"query": (str, list), "k": (int,)},
+    "reinforce": {"edges": (list,), "reward": (int, float)},
+    "maintain": {"steps": (list, type(None))},
+    "set_permanent": {"node": (str, int), "permanent": (bool,)},
+}
+"""Operation-log entry kinds and the type of each required field."""
+
+
+def check_op(op: object) -> None:
+    """Check one operation-log entry's shape; ``ValueError`` naming the field otherwise."""
+    if not isinstance(op, dict) or not isinstance(op.get("op"), str) or op["op"] not in OPS:
+        kind = op.get("op") if isinstance(op, dict) else type(op).__name__
+        raise ValueError(f"unknown operation {kind!r} in the operation log; known: {sorted(OPS)}")
+    kind = op["op"]
+    for name, types in OPS[kind].items():
+        v = op.get(name, ...)
+        if v is ... or not isinstance(v, types) or (isinstance(v, bool) and bool not in types):
+            raise ValueError(f"{kind} entry: field {name!r} must be {' or '.join(t.__name__ for t in types)}, "
+                             f"got {v!r:.60}" if v is not ... else f"{kind} entry lacks the field {name!r}")
+    imp = op.get("importance")
+    if imp is not None and (isinstance(imp, bool) or not isinstance(imp, (int, float))):
+        raise ValueError(f"{kind} entry: field 'importance' must be a number or null, got {imp!r:.60}")
+    if kind == "engram":
+        if not all(isinstance(t, list) and len(t) == 3 and all(isinstance(x, str) for x in t) for t in op["triplets"]):
+            raise ValueError("engram entry: field 'triplets' must be a list of [subject, relation, object] strings")
+        if op["episode"] is not None and not re.fullmatch(r"ep\d+", op["episode"]):
+            raise ValueError(f"engram entry: field 'episode' must be an episode id like 'ep3', got {op['episode']!r:.40}")
+    if kind == "set_permanent" and isinstance(op["node"], str) and not re.fullmatch(r"(ep|n)\d+", op["node"]):
+        raise ValueError(f"set_permanent entry: field 'node' must be a node id like 'n12', got {op['node']!r:.40}")
+    if kind == "recall":
+        q = op["query"]
+        if isinstance(q, list) and not all(isinstance(x, str) for x in q):
+            raise ValueError("recall entry: field 'query' must be a string or a list of strings")
+        if isinstance(op.get("config"), (dict, type(None))) is False:
+            raise ValueError("recall entry: field 'config' must be an object of RecallConfig fields")
+        b64 = op.get("query_embeddings_b64")
+        if b64 is not None and not isinstance(b64, str):
+            raise ValueError("recall entry: field 'query_embeddings_b64' must be a base64 string")
+    if kind == "reinforce" and not all(isinstance(e, int) and not isinstance(e, bool) for e in op["edges"]):
+        raise ValueError("reinforce entry: field 'edges' must be a list of edge ids")
+    if kind == "maintain" and op["steps"] is not None and not all(isinstance(x, str) for x in op["steps"]):
+        raise ValueError("maintain entry: field 'steps' must be a list of step names or null")
 
 
 def _state_differences(a: dict, b: dict) -> list[str]:

@@ -26,7 +26,9 @@ Rules (``s`` = edge strength, every rate from :class:`~mags_lib.graph.config.Dyn
   ``scc_min_size`` nodes: internal edges ``s += scc_rate * (1 - s)``, members get a cluster id
   (smallest member id); in components of at most 256 entities (the pairwise comparison is
   quadratic), members with cosine ``>= scc_merge_similarity`` are merged (into the smallest id, or
-  into the permanent one; two permanent nodes are never merged);
+  into the permanent one; two permanent nodes are never merged), then the merged node's facts are
+  reconciled with the engram conflict policy (:func:`~mags_lib.graph.engram.reconcile_subject`), so
+  a single-valued relation never keeps two valid objects after a merge;
 * **solidify** -- edges with ``s >= solidify_strength`` and ``uses >= solidify_min_uses`` become
   permanent; nodes with ``>= solidify_node_edges`` permanent edges become permanent;
 * **promote** -- working-memory entities with ``access >= promote_uses``, ``surprise >=
@@ -341,7 +343,7 @@ def scc(g, cfg=None) -> dict:
     live = np.flatnonzero(_live(g) & ((ed.kind == EDGE_FACT) | (ed.kind == EDGE_ASSOC)))
     nd.cluster[:] = -1
     if live.size == 0 or n == 0:
-        return {"components": 0, "nodes": 0, "edges_strengthened": 0, "merged": 0}
+        return {"components": 0, "nodes": 0, "edges_strengthened": 0, "merged": 0, "reconciled": 0}
     A = csr_matrix((np.ones(live.size), (ed.src[live], ed.dst[live])), shape=(n, n))
     _, labels = connected_components(A, directed=True, connection="strong")
     sizes = np.bincount(labels)
@@ -349,7 +351,7 @@ def scc(g, cfg=None) -> dict:
     inside = live[member[ed.src[live]] & (labels[ed.src[live]] == labels[ed.dst[live]])]
     ed.strength[inside] += cfg.scc_rate * (1.0 - ed.strength[inside])
     midx = np.flatnonzero(member)
-    merged = 0
+    merged = reconciled = 0
     n_comps = 0
     if midx.size:
         labs = labels[midx]
@@ -367,14 +369,21 @@ def scc(g, cfg=None) -> dict:
             order = np.lexsort((ent, el))
             ent, el = ent[order], el[order]
             bounds = np.flatnonzero(np.diff(el)) + 1
+            keeps: set[int] = set()
             for grp in np.split(ent, bounds) if ent.size else []:
-                merged += _merge_similar(g, grp.tolist(), cfg.scc_merge_similarity)
+                merged += _merge_similar(g, grp.tolist(), cfg.scc_merge_similarity, keeps)
+            if keeps:
+                from .engram import reconcile_subject
+
+                reconciled = sum(reconcile_subject(g, i) for i in sorted(keeps) if g.nodes.alive[i])
     return {"components": n_comps, "nodes": int(midx.size), "edges_strengthened": int(inside.size),
-            "merged": merged}
+            "merged": merged, "reconciled": reconciled}
 
 
-def _merge_similar(g, ents: list[int], threshold: float) -> int:
-    """Merge the entities of one component whose cosine is at/above ``threshold`` (union-find)."""
+def _merge_similar(g, ents: list[int], threshold: float, keeps: set | None = None) -> int:
+    """Merge the entities of one component whose cosine is at/above ``threshold`` (union-find).
+
+    The ids of the nodes that absorbed others are added to ``keeps``."""
     nd = g.nodes
     E = g._emb[ents]
     sims = E @ E.T
@@ -407,6 +416,8 @@ def _merge_similar(g, ents: list[int], threshold: float) -> int:
                 continue
             g._merge_nodes(keep, i)
             merged += 1
+            if keeps is not None:
+                keeps.add(keep)
     return merged
 
 

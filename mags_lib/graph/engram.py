@@ -22,17 +22,22 @@ For a batch of ``(subject, relation, object)`` triplets:
    superseded fact lose confidence (``superseded_episode_confidence``), so recall ranks them lower;
 4. **episodes** -- when an episode id is given its node is linked to the facts' entities and its
    id and source id travel in every fact's provenance.
+
+Every check (arguments, episode id) and every embedding is done before the first change to the
+graph. Among several rivals, candidates and ties, the lowest id comes first, whatever the order of
+the networkx adjacency. :func:`reconcile_subject` applies the same conflict policy to a node after a
+merge (the SCC step), so a single-valued relation never keeps two valid objects.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from .core import _as_triplets, _union, norm_key
+from .core import _as_triplets, norm_key
 from .model import EngramReport
 from .store import EDGE_ASSOC, EDGE_FACT, EDGE_MENTION, KIND_ENTITY, KIND_EPISODE
 
-__all__ = ["ASSOC_RELATION", "MENTION_RELATION", "engram", "gat_attention"]
+__all__ = ["ASSOC_RELATION", "MENTION_RELATION", "engram", "gat_attention", "reconcile_subject", "supersede"]
 
 ASSOC_RELATION = "related to"
 _INTRA_MAX = 4096  # new mentions per call up to which their pairwise similarities are one product
@@ -126,6 +131,9 @@ def engram(g, triplets, *, episode: str | None = None, source: str | None = None
     ent_keys = list(ent_texts)
     vecs = g._encode([ent_texts[k] for k in ent_keys] + list(rel_texts.values()))
     ent_vecs, rel_vecs = vecs[: len(ent_keys)], vecs[len(ent_keys):]
+    found = None
+    if ent_keys:  # the last fallible step; nothing has changed so far
+        found = g._ent_index.search(ent_vecs, max(cfg.gat_k, 1), g._emb, expansion=g.config.index.expansion_resolve)
     for (key, text), v in zip(rel_texts.items(), rel_vecs):
         g._relation(key, v)
     assoc_rel = g._rel_id[ASSOC_RELATION]
@@ -138,7 +146,6 @@ def engram(g, triplets, *, episode: str | None = None, source: str | None = None
     touched: dict[int, None] = {}
     if ent_keys:
         k_search = max(cfg.gat_k, 1)
-        found = g._ent_index.search(ent_vecs, k_search, g._emb, expansion=g.config.index.expansion_resolve)
         # (m, m) similarities of the call's new mentions; a huge call compares row by row instead
         intra = ent_vecs @ ent_vecs.T if 1 < len(ent_keys) <= _INTRA_MAX else None
         created: list[int] = []  # node rows created in this call
@@ -161,10 +168,8 @@ def engram(g, triplets, *, episode: str | None = None, source: str | None = None
                 i = int(rows[0])
                 g._entity_key[key] = i
                 meta = nd.meta[i]
-                if key not in meta["keys"]:
-                    meta["keys"].append(key)
-                if ent_texts[key] not in meta["aliases"]:
-                    meta["aliases"].append(ent_texts[key])
+                if key not in meta["keys"] or ent_texts[key] not in meta["aliases"]:  # a new cell, not in place
+                    nd.meta[i] = {**meta, "keys": _with(meta["keys"], key), "aliases": _with(meta["aliases"], ent_texts[key])}
                 rep.resolved.append((ent_texts[key], g.node_id(i), best))
                 continue
             novelty = float(1.0 - max(best, 0.0))
@@ -206,8 +211,7 @@ def engram(g, triplets, *, episode: str | None = None, source: str | None = None
             ed.confidence[e] += cfg.repeat_gain * (1.0 - ed.confidence[e])
             ed.last_used[e] = tick
             ed.uses[e] += 1
-            _union(ed.episodes[e], episodes)
-            _union(ed.sources[e], sources)
+            g._add_provenance(e, episodes, sources)
             rep.reinforced_edges.append(e)
         else:
             rivals = []
@@ -218,6 +222,7 @@ def engram(g, triplets, *, episode: str | None = None, source: str | None = None
                     for x in kd:
                         if ed.rel[x] == rid and ed.kind[x] == EDGE_FACT:
                             rivals.append(int(x))
+                rivals.sort()  # id order, not adjacency order
             if rivals and cfg.conflict_policy == "stronger":
                 old_best = max(rivals, key=lambda x: ed.strength[x] * ed.confidence[x])
                 if ed.strength[old_best] * ed.confidence[old_best] > cfg.init_strength * cfg.init_confidence:
@@ -229,12 +234,8 @@ def engram(g, triplets, *, episode: str | None = None, source: str | None = None
             e = g._add_edge(si, oi, rid, EDGE_FACT, cfg.init_strength, cfg.init_confidence, episodes, sources)
             rep.new_edges.append(e)
             for x in rivals:
-                g._invalidate_edge(x, by=e)
+                supersede(g, x, e, keep_episodes=episodes)
                 rep.invalidated_edges.append(x)
-                for ep_id in ed.episodes[x]:  # the inputs that said the old fact now count less
-                    j = int(ep_id[2:])
-                    if nd.alive[j] and ep_id not in episodes:
-                        nd.confidence[j] *= cfg.superseded_episode_confidence
             if rivals:
                 for i in (si, oi, int(ed.dst[rivals[0]])):
                     nd.surprise[i] = max(nd.surprise[i], cfg.conflict_surprise)
@@ -245,3 +246,63 @@ def engram(g, triplets, *, episode: str | None = None, source: str | None = None
                 g._add_edge(ep_idx, i, mention_rel, EDGE_MENTION, cfg.episode_link_strength, 1.0, episodes, sources)
         nd.last_access[ep_idx] = tick
     return rep
+
+
+def _with(items: list, x) -> list:
+    return items if x in items else [*items, x]
+
+
+def supersede(g, loser: int, winner: int, *, keep_episodes=()) -> None:
+    """Invalidate fact edge ``loser`` in favour of edge ``winner`` (unlogged).
+
+    The old fact leaves the traversable structure (``valid=False``, ``valid_to``, ``invalidated_by``)
+    and the episodes that said it -- except ``keep_episodes`` -- lose confidence
+    (``superseded_episode_confidence``), so recall ranks them lower.
+    """
+    nd, ed = g.nodes, g.edges
+    g._invalidate_edge(loser, by=winner)
+    for ep_id in ed.episodes[loser]:  # the inputs that said the old fact now count less
+        j = int(ep_id[2:])
+        if nd.alive[j] and ep_id not in keep_episodes:
+            nd.confidence[j] *= g.config.engram.superseded_episode_confidence
+
+
+def reconcile_subject(g, i: int) -> int:
+    """Apply the conflict policy to the valid facts of node ``i`` (e.g. after a merge); unlogged.
+
+    For every functional relation (``EngramConfig.is_functional``) under which ``i`` holds several
+    valid objects, one fact stays valid -- the newest (highest edge id) with policy ``"newer"``, the
+    largest ``strength * confidence`` with ``"stronger"`` (newest on a tie) -- and the others are
+    superseded by it (:func:`supersede`); the endpoints get ``conflict_surprise``.
+
+    Returns
+    -------
+    int
+        Number of facts superseded.
+    """
+    cfg = g.config.engram
+    if not cfg.reconcile:
+        return 0
+    nd, ed = g.nodes, g.edges
+    by_rel: dict[int, list[int]] = {}
+    for kd in g.G._succ[i].values():
+        for e in kd:
+            if ed.kind[e] == EDGE_FACT:
+                by_rel.setdefault(int(ed.rel[e]), []).append(int(e))
+    n = 0
+    for rid in sorted(by_rel):
+        facts = sorted(by_rel[rid])
+        if len(facts) < 2 or not cfg.is_functional(g._rel_text[rid]):
+            continue
+        if cfg.conflict_policy == "stronger":
+            win = max(facts, key=lambda e: (ed.strength[e] * ed.confidence[e], e))
+        else:
+            win = facts[-1]
+        for x in facts:
+            if x != win:
+                supersede(g, x, win)
+                nd.surprise[int(ed.dst[x])] = max(nd.surprise[int(ed.dst[x])], cfg.conflict_surprise)
+                n += 1
+        for j in (i, int(ed.dst[win])):
+            nd.surprise[j] = max(nd.surprise[j], cfg.conflict_surprise)
+    return n

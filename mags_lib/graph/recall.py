@@ -22,6 +22,9 @@ For each query:
    are too few facts to fill ``k``.
 
 Only alive, valid edges are in the traversable structure, so a superseded fact is never returned.
+Every tie (equal strengths out of a node, equal scores) is broken by id, never by the order of the
+networkx adjacency, so a graph recalls the same whatever its history (live, loaded, rolled back,
+replayed).
 With ``touch`` the returned nodes and edges get their access counts and times updated; with
 ``coactivation`` the edges on returned paths and the pairs of anchors are recorded for the
 Hebbian step of the next :meth:`LiquidGraph.maintain`.
@@ -37,6 +40,7 @@ import numpy as np
 from .config import RecallConfig
 from .model import Anchor, Recall, RecallItem, RecallTrace, TracePath
 from .store import EDGE_FACT, KIND_EPISODE
+from .values import clean_int
 
 __all__ = ["choose_anchors", "recall"]
 
@@ -118,8 +122,7 @@ def recall(g, query: str | Sequence[str], k: int = 10, query_embeddings: np.ndar
     queries = [query] if isinstance(query, str) else list(query)
     if not queries or not all(isinstance(q, str) for q in queries):
         raise ValueError("recall needs a query string or a non-empty list of query strings")
-    if int(k) < 1:
-        raise ValueError(f"k must be >= 1, got {k}")
+    k = clean_int(k, "k", minimum=1)
     if query_embeddings is None:
         Q = g._encode(queries)
     else:
@@ -190,8 +193,9 @@ def recall(g, query: str | Sequence[str], k: int = 10, query_embeddings: np.ndar
             if not inc:
                 continue
             if len(inc) > 1:
-                ws = strength[[e for e, _ in inc]]
-                order = sorted(range(len(inc)), key=ws.__getitem__, reverse=True)[:max_branch]
+                ws = strength[[e for e, _ in inc]].tolist()
+                # strongest first; equal strengths by edge id (a property of the data, not of history)
+                order = sorted(range(len(inc)), key=lambda j: (-ws[j], inc[j][0]))[:max_branch]
                 cand = [(inc[j][0], inc[j][1], float(ws[j]) * w) for j in order]
             else:
                 cand = [(inc[0][0], inc[0][1], float(strength[inc[0][0]]) * w)]
@@ -302,8 +306,11 @@ def recall(g, query: str | Sequence[str], k: int = 10, query_embeddings: np.ndar
             # entity anchors that produced results: episodes belong to the episodic block and are
             # never wired to each other or to entities by association
             anc = sorted({a for a in (g._idx(it.path[0]) for it in items) if nd.kind[a] != KIND_EPISODE})
+            cap = g.config.limits.max_coactivation
             for i in range(len(anc)):
                 for j in range(i + 1, len(anc)):
                     g._coact.append((anc[i], anc[j]))
+            if len(g._coact) > cap:  # bounded while maintain() does not run: the oldest pairs go
+                del g._coact[: len(g._coact) - cap]
     return Recall(items=items, trace=trace)
 

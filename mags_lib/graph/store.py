@@ -3,6 +3,10 @@
 Rows are never reused: a node or edge id is its row number for the life of the graph, so ids stay
 stable through pruning, snapshots, rollback, save/load and operation-log replay. Removed rows are
 marked ``alive = False``.
+
+The cells of the list columns (a node's ``meta`` dict, an edge's ``episodes`` / ``sources``) are
+*replaced*, never mutated in place, once the row exists: snapshots and checkpoints share them
+(``state(deep=False)``), so an in-place change would rewrite the past.
 """
 
 from __future__ import annotations
@@ -129,16 +133,19 @@ class ColumnStore:
         self.n = start + count
         return np.arange(start, start + count)
 
-    def state(self) -> dict:
-        """Deep copy of the used rows: {"arrays": {...}, "lists": {...}, "n": int}."""
+    def state(self, deep: bool = True) -> dict:
+        """Copy of the used rows: {"arrays": {...}, "lists": {...}, "n": int}.
+
+        The arrays are always copied; the list cells are deep-copied, or shared with ``deep=False``.
+        """
         return {
             "n": self.n,
             "arrays": {k: v[: self.n].copy() for k, v in self._a.items()},
-            "lists": {k: copy.deepcopy(v) for k, v in self._l.items()},
+            "lists": {k: copy.deepcopy(v) if deep else list(v) for k, v in self._l.items()},
         }
 
-    def load_state(self, state: dict) -> None:
-        """Replace the contents by a :meth:`state` (copied)."""
+    def load_state(self, state: dict, deep: bool = True) -> None:
+        """Replace the contents by a :meth:`state` (arrays copied; list cells copied unless ``deep=False``)."""
         n = int(state["n"])
         missing = set(self._spec) - set(state["arrays"])
         if missing:
@@ -153,7 +160,8 @@ class ColumnStore:
                 raise ValueError(f"column {k!r} has shape {src.shape}, expected ({n},)")
             arr[:n] = src
             self._a[k] = arr
-        self._l = {k: copy.deepcopy(list(state["lists"][k])) for k in self._list_names}
+        self._l = {k: copy.deepcopy(list(state["lists"][k])) if deep else list(state["lists"][k])
+                   for k in self._list_names}
         for k, v in self._l.items():
             if len(v) != n:
                 raise ValueError(f"list column {k!r} has {len(v)} rows, expected {n}")

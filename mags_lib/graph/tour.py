@@ -75,6 +75,12 @@ def run_ticks(g: LiquidGraph, ticks: int, *, queries: Sequence[str] = STORY_QUER
     edges so far, mean strength) and, every ``snapshot_every`` ticks, the strength arrays (for
     distributions). ``g`` is modified in place.
     """
+    from .values import clean_int, clean_unit
+
+    ticks = clean_int(ticks, "ticks", minimum=0)
+    recall_prob, reward_prob = clean_unit(recall_prob, "recall_prob"), clean_unit(reward_prob, "reward_prob")
+    k = clean_int(k, "k", minimum=1)
+    snapshot_every = clean_int(snapshot_every, "snapshot_every", minimum=1)
     rng = np.random.default_rng(seed)
     hist: dict = {"tick": [], "n_nodes": [], "n_valid_edges": [], "n_facts": [], "n_permanent_edges": [],
                   "pruned_edges": [], "mean_strength": [], "strengths": {}, "reports": []}

@@ -1,0 +1,113 @@
+"""Validation and normalisation of values at the boundary of the memory (graph and agent).
+
+Whatever the public API accepts must be savable as JSON afterwards, and replay to the same graph.
+So every value entering :class:`~mags_lib.graph.LiquidGraph` (and :class:`mags_lib.MAGS`) goes
+through one of these functions first, which either returns a plain Python value or raises a
+``TypeError`` / ``ValueError`` naming the argument:
+
+* text -> ``str`` that is valid UTF-8: a well-formed surrogate pair becomes its character and a
+  lone surrogate (``"caf\\udce9"``, from ``surrogateescape`` decoding) becomes U+FFFD; bytes
+  and other types are refused;
+* times -> ISO 8601 strings: ``datetime.date`` / ``datetime`` (``isoformat()``), ``numpy.datetime64``,
+  or a string kept as given;
+* source ids -> strings (integers, numpy integers included, are converted);
+* numbers -> ``float`` / ``int`` (numpy scalars included), finite, in range;
+* node ids -> the public string id (``"n3"``, ``"ep0"``), numpy integers included.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import math
+import numbers
+
+import numpy as np
+
+__all__ = ["clean_int", "clean_source", "clean_text", "clean_time", "clean_unit"]
+
+
+def clean_text(text: object, name: str = "text", *, allow_empty: bool = False) -> str:
+    """``text`` as valid-UTF-8 ``str`` (lone surrogates replaced by U+FFFD).
+
+    >>> clean_text("caf\\udce9"), clean_text("\\ud83d\\ude00") == "\\U0001F600"
+    ('caf\\ufffd', True)
+    >>> clean_text(b"x")
+    Traceback (most recent call last):
+    ...
+    TypeError: text must be a string (str), got bytes; decode bytes first
+    """
+    if not isinstance(text, str):
+        hint = "; decode bytes first" if isinstance(text, (bytes, bytearray)) else ""
+        raise TypeError(f"{name} must be a string (str), got {type(text).__name__}{hint}")
+    text = str(text)  # numpy str_ and other subclasses become plain str
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        text = text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+    if not allow_empty and not text.strip():
+        raise ValueError(f"{name} is empty: pass a non-empty string")
+    return text
+
+
+def clean_time(value: object, name: str = "time") -> str | None:
+    """A time stamp as an ISO 8601 string (None stays None).
+
+    >>> clean_time(_dt.date(2023, 5, 8)), clean_time(np.datetime64("2023-05-08T10:00"))
+    ('2023-05-08', '2023-05-08T10:00')
+    """
+    if value is None:
+        return None
+    if isinstance(value, (_dt.date, _dt.time)):  # datetime is a date; pandas Timestamp is a datetime
+        return value.isoformat()
+    if isinstance(value, np.datetime64):
+        if np.isnat(value):
+            raise ValueError(f"{name} is NaT (not a time)")
+        return str(np.datetime_as_string(value))
+    if isinstance(value, str):
+        return clean_text(value, name, allow_empty=True)
+    raise TypeError(f"{name} must be a date, a datetime or an ISO string like '2023-05-08', "
+                    f"got {type(value).__name__}")
+
+
+def clean_source(value: object, name: str = "source") -> str | None:
+    """A source id as a string (None stays None); integers are converted.
+
+    >>> clean_source(np.int64(7)), clean_source("D1:3")
+    ('7', 'D1:3')
+    """
+    if value is None:
+        return None
+    if isinstance(value, str):
+        return clean_text(value, name, allow_empty=True)
+    if isinstance(value, numbers.Integral) and not isinstance(value, (bool, np.bool_)):
+        return str(int(value))
+    raise TypeError(f"{name} must be a string id such as 'D1:3' (or an integer), got {type(value).__name__}")
+
+
+def clean_unit(value: object, name: str) -> float:
+    """A finite number in [0, 1] as ``float`` (numpy scalars included)."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{name} must be a number in [0, 1], got {value!r}")
+    v = float(value)
+    if not (math.isfinite(v) and 0.0 <= v <= 1.0):
+        raise ValueError(f"{name} must be in [0, 1], got {value!r}")
+    return v
+
+
+def clean_int(value: object, name: str, *, minimum: int | None = None) -> int:
+    """An integer (numpy integers included; bools, floats and strings refused) as ``int``.
+
+    >>> clean_int(np.int32(3), "k", minimum=1)
+    3
+    >>> clean_int("3", "k", minimum=1)
+    Traceback (most recent call last):
+    ...
+    TypeError: k must be an integer >= 1, got '3'
+    """
+    bound = "" if minimum is None else f" >= {minimum}"
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"{name} must be an integer{bound}, got {value!r}")
+    v = int(value)
+    if minimum is not None and v < minimum:
+        raise ValueError(f"{name} must be an integer{bound}, got {v}")
+    return v

@@ -1,0 +1,224 @@
+"""Bad and unusual input at the boundary of LiquidGraph and MAGS (issue 9, items 1 and 11).
+
+Whatever the API accepts must be savable afterwards, and whatever it refuses is refused with a
+clear error (a ``ValueError`` / ``TypeError`` / ``KeyError`` that names the argument), before
+anything is changed. The misuse table at the end is the probe that found these gaps, kept.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import json
+import math
+
+import numpy as np
+import pytest
+from reliability_support import EMB, ScriptedBackend, scripted_agent
+
+from mags_lib.agent import MAGS, MAGSConfig
+from mags_lib.graph import LiquidGraph, tour
+from mags_lib.graph.core import _state_differences
+
+
+def graph() -> LiquidGraph:
+    g = LiquidGraph(EMB)
+    ep = g.add_episode("Blorps eat frozen lemons.", source="D1:1")
+    g.engram([("blorps", "eat", "frozen lemons")], episode=ep)
+    return g
+
+
+def round_trip(g: LiquidGraph, path) -> LiquidGraph:
+    g.save(path)
+    h = LiquidGraph.load(path, EMB)
+    assert _state_differences(g._state(), h._state()) == []
+    assert h.oplog == g.oplog
+    return h
+
+
+# -- item 1: accepted input is always savable -------------------------------------------------------
+@pytest.mark.parametrize("when,iso", [
+    (dt.date(2023, 5, 8), "2023-05-08"),
+    (dt.datetime(2023, 5, 8, 14, 30), "2023-05-08T14:30:00"),
+    (np.datetime64("2023-05-08"), "2023-05-08"),
+    ("2023-05-08", "2023-05-08"),
+])
+def test_dates_and_datetimes_become_iso_strings(tmp_path, when, iso):
+    g = graph()
+    ep = g.add_episode("Blorps moved.", source="D1:2", time=when)
+    g.engram([("blorps", "live in", "trees")], episode=ep, time=when)
+    assert g.node(ep)["time"] == iso
+    assert g.oplog[-2]["time"] == iso and g.oplog[-1]["time"] == iso
+    h = round_trip(g, tmp_path / "g")
+    assert h.node(ep)["time"] == iso
+    assert LiquidGraph.replay(h.oplog, EMB).equals(g)
+
+
+def test_lone_surrogates_are_replaced_never_crash(tmp_path):
+    g = graph()
+    ep = g.add_episode("caf\udce9 au lait", source="S\ud800")
+    g.engram([("caf\udce9", "serves", "lait\udfff")], episode=ep)
+    g.recall("caf\udce9", k=3)
+    texts = [g.node(ep)["text"]] + [f["subject"] + f["object"] for f in g.facts()] + [g.node(ep)["source"]]
+    for t in texts:
+        t.encode("utf-8")  # valid UTF-8 from now on
+    assert g.node(ep)["text"] == "caf\ufffd au lait"
+    assert g.find("caf\ufffd") is not None
+    round_trip(g, tmp_path / "g")
+    # a well-formed surrogate pair is one character, not two replacements
+    ep2 = g.add_episode("smile \ud83d\ude00", source="S2")
+    assert g.node(ep2)["text"] == "smile \U0001F600"
+
+
+def test_numpy_scalars_and_node_ids(tmp_path):
+    g = graph()
+    ep = g.add_episode("Blorps moved.", source=np.int64(7), importance=np.float32(0.5))
+    i = np.int64(int(ep[2:]))  # a node id given as a numpy int
+    g.engram([("blorps", "live in", "trees")], episode=i, importance=np.float64(0.25))
+    n = np.int32(g._entity_key["blorps"])
+    g.set_permanent(n)
+    assert g.node(n)["permanent"] is True
+    res = g.recall("blorps", k=np.int64(3))
+    g.reinforce(res, reward=np.float32(0.5))
+    g.maintain()
+    for op in g.oplog:  # the log holds plain Python values only
+        json.dumps(op)
+        assert all(not isinstance(v, np.generic) for v in op.values())
+    assert g.oplog[2]["importance"] == 0.5 and type(g.oplog[2]["importance"]) is float
+    assert g.oplog[2]["source"] == "7" and g.oplog[3]["episode"] == ep
+    h = round_trip(g, tmp_path / "g")
+    assert LiquidGraph.replay(h.oplog, EMB).equals(g)
+
+
+def test_agent_observe_with_date_stays_savable(tmp_path):
+    m = scripted_agent(["<memory_write>blorps,live in,trees</memory_write>"])
+    m.observe("Blorps moved to the trees.", source="D1:3", time=dt.date(2023, 5, 8))
+    m.observe("caf\udce9 blorps.", source=np.int64(4), time=dt.datetime(2023, 5, 9, 8))
+    p = m.save(tmp_path / "m")
+    m2 = MAGS.load(p, embedder=EMB, backends=m._role_backend)
+    assert m2.graph.equals(m.graph)
+    eps = [m2.graph.node(f"ep{i}") for i in np.flatnonzero(m2.graph.nodes.kind == 1)]
+    assert [e["time"] for e in eps] == ["2023-05-08", "2023-05-09T08:00:00"]
+    assert eps[1]["text"] == "caf\ufffd blorps." and eps[1]["source"] == "4"
+
+
+# -- item 11: validation gaps -----------------------------------------------------------------------
+@pytest.mark.parametrize("field,value,match", [
+    ("recall_k", 2.5, "recall_k must be an integer"),
+    ("recall_k", "3", "recall_k must be an integer"),
+    ("recall_k", True, "recall_k must be an integer"),
+    ("max_ops", 0, "max_ops must be >= 1"),
+    ("n_ctx", 10, "n_ctx"),
+    ("temperature", float("nan"), "temperature"),
+    ("temperature", "hot", "temperature must be a number"),
+    ("maintain_every", -1, "maintain_every must be >= 0"),
+    ("write_nonempty", "yes", "write_nonempty must be True or False"),
+])
+def test_mags_config_rejects_bad_values(field, value, match):
+    with pytest.raises((ValueError, TypeError), match=match):
+        MAGSConfig(embedder="hash", **{field: value})
+
+
+def test_mags_config_accepts_numpy_ints_as_plain_ints():
+    c = MAGSConfig(embedder="hash", recall_k=np.int64(5), temperature=np.float32(0.5))
+    assert type(c.recall_k) is int and type(c.temperature) is float
+    json.dumps(c.to_dict())
+
+
+@pytest.mark.parametrize("k", ["3", None, 2.5, 0, -1, True])
+def test_recall_k_must_be_a_positive_int(k):
+    g = graph()
+    n = len(g.oplog)
+    with pytest.raises((ValueError, TypeError), match="k must be"):
+        g.recall("blorps", k=k)
+    assert len(g.oplog) == n
+    m = scripted_agent([])
+    with pytest.raises((ValueError, TypeError), match="k must be"):
+        m.recall("blorps", k=k)
+
+
+def test_engram_without_provenance_is_refused():
+    g = LiquidGraph(EMB)
+    with pytest.raises(ValueError, match="provenance"):
+        g.engram([("a", "b", "c")])
+    assert g.stats()["n_nodes"] == 0 and g.oplog == []
+    g.engram([("a", "b", "c")], source="manual")  # a source id is provenance enough
+    assert g.facts()[0]["sources"] == ["manual"]
+
+
+@pytest.mark.parametrize("kw,match", [
+    ({"ticks": -5}, "ticks"),
+    ({"ticks": 2.5}, "ticks"),
+    ({"recall_prob": float("nan")}, "recall_prob"),
+    ({"recall_prob": 1.5}, "recall_prob"),
+    ({"reward_prob": -0.1}, "reward_prob"),
+    ({"k": 0}, "k must be"),
+    ({"snapshot_every": 0}, "snapshot_every"),
+])
+def test_tour_run_ticks_checks_its_arguments(kw, match):
+    g = tour.build_story_memory(EMB)
+    args = {"ticks": 3, **kw}
+    with pytest.raises((ValueError, TypeError), match=match):
+        tour.run_ticks(g, **args)
+
+
+def test_pipeline_choices_with_parenthesised_help():
+    from mags_lib.pipeline import _help_choices
+
+    assert _help_choices("llamacpp (needed for grammar-constrained decoding) | transformers") == [
+        "llamacpp", "transformers"]
+    assert _help_choices("smoke | default | full") == ["smoke", "default", "full"]
+    assert _help_choices("how many items (at most 10)") is None
+    assert _help_choices("results/<run_tag>/") is None
+
+
+# -- the misuse probe, kept: every call fails cleanly and leaves nothing behind ---------------------
+MISUSE = [
+    ("add_episode", (None,), {}),  # not text
+    ("add_episode", (b"bytes",), {}),
+    ("add_episode", ("   ",), {}),  # blank
+    ("add_episode", ("x",), {"importance": float("nan")}),
+    ("add_episode", ("x",), {"importance": 2}),
+    ("add_episode", ("x",), {"importance": "high"}),
+    ("add_episode", ("x",), {"time": object()}),
+    ("add_episode", ("x",), {"source": ["a"]}),
+    ("engram", ([("a", "b")],), {"source": "s"}),
+    ("engram", ([("a", None, "c")],), {"source": "s"}),
+    ("engram", ([("a", b"b", "c")],), {"source": "s"}),
+    ("engram", ("abc",), {"source": "s"}),
+    ("engram", ([("a", "b", "c")],), {"episode": "ep999"}),
+    ("engram", ([("a", "b", "c")],), {"episode": "n1"}),
+    ("engram", ([("a", "b", "c")],), {"source": "s", "importance": -1}),
+    ("engram", ([("a", "b", "c")],), {"source": "s", "time": 3.5j}),
+    ("recall", ("",), {}),
+    ("recall", ([],), {}),
+    ("recall", ([1, 2],), {}),
+    ("recall", ("x",), {"query_embeddings": np.zeros((2, 5))}),
+    ("reinforce", (None,), {}),
+    ("maintain", (), {"steps": ["nope"]}),
+    ("maintain", (), {"steps": "decay"}),
+    ("set_permanent", ("n999",), {}),
+    ("set_permanent", (object(),), {}),
+    ("rollback", ("s99",), {}),
+    ("drop_snapshot", ("s99",), {}),
+    ("node", ("zz",), {}),
+]
+
+
+@pytest.mark.parametrize("name,args,kw", MISUSE, ids=[f"{m[0]}-{i}" for i, m in enumerate(MISUSE)])
+def test_misuse_fails_cleanly_and_changes_nothing(tmp_path, name, args, kw):
+    g = graph()
+    before, log = g._state(), list(g.oplog)
+    with pytest.raises((ValueError, TypeError, KeyError)) as info:
+        getattr(g, name)(*args, **kw)
+    assert str(info.value), "an error must say what was wrong"
+    assert _state_differences(before, g._state()) == [] and g.oplog == log
+    round_trip(g, tmp_path / "g")
+
+
+def test_scripted_backend_matches_generation_fields():
+    from mags_lib.backends.base import Generation
+
+    names = {f.name for f in dataclasses.fields(Generation)}
+    assert {"text", "n_prompt_tokens", "n_new_tokens", "seconds"} <= names
+    assert math.isfinite(ScriptedBackend(["x"]).generate([[]])[0].seconds)
