@@ -396,7 +396,7 @@ def _bf16_ok(requested: bool) -> bool:
 def train_stage(stage: str, cfg: TrainConfig, rows: Sequence[dict], folder: Path, *, base_dir: Path,
                 prompt: PromptSpec, data_hashes: dict, init_adapter: Path | None = None,
                 backend: str = "auto", progress: bool = True, note: Callable[[str], None] = print,
-                stop_after: int | None = None) -> StageResult:
+                stop_after: int | None = None, callbacks: Sequence = ()) -> StageResult:
     """Train (or resume, or skip) one stage into ``folder``.
 
     Parameters
@@ -407,7 +407,9 @@ def train_stage(stage: str, cfg: TrainConfig, rows: Sequence[dict], folder: Path
     init_adapter : Path, optional
         GRPO: the warm-start adapter it continues (the KL reference is a frozen copy of it).
     stop_after : int, optional
-        Stop after this many steps (the run stays resumable): for tests of interruption.
+        Stop after this many steps (the run stays resumable and is not marked finished).
+    callbacks : list of transformers.TrainerCallback, optional
+        Extra trainer callbacks (progress displays, tests).
     """
     if stage not in STAGES:
         raise ValueError(f"stage must be one of {STAGES}, got {stage!r}")
@@ -435,7 +437,7 @@ def train_stage(stage: str, cfg: TrainConfig, rows: Sequence[dict], folder: Path
 
         torch.set_num_threads(cfg.threads)
     model, tok = _load_model(base_dir, cfg, backend, adapter=init_adapter)
-    callbacks = _Callbacks.make(folder / "log.csv", {"content_hash": digest, "stage": stage}, resume_step)
+    callbacks = _Callbacks.make(folder / "log.csv", {"content_hash": digest, "stage": stage}, resume_step) + list(callbacks)
     if stop_after is not None:
         callbacks.append(_StopAfter(stop_after))
     t0 = time.perf_counter()
