@@ -57,6 +57,7 @@ class EvalConfig:
     embedder: str = "minilm"  # embedder of the op-F1 metric ("hash" only for tests)
     seed: int = 0  # sampling of the examples
     batch_size: int = 8  # prompts per backend call (progress granularity)
+    retrieval: bool = True  # ask sets with a context: also score the share of gold facts the queries recall
 
     def __post_init__(self) -> None:
         unknown = set(self.modes) - set(MODES)
@@ -151,7 +152,8 @@ def evaluate_sets(sets: dict[str, Sequence[dict]], out_dir: str | Path, config: 
     -------
     pandas.DataFrame
         Columns: set, role, mode, prompt, n, then adherence, op_p, op_r, op_f1, exact_p, exact_r,
-        exact_f1, empty_acc (ask, write) or accuracy, answerable_acc, abstain_acc, false_abstain,
+        exact_f1, empty_acc (ask, write; ``retrieval`` for ask sets with a context: the share of the
+        gold facts the predicted queries recall from a graph of the context) or accuracy, answerable_acc, abstain_acc, false_abstain,
         words_mean (answer), then new_tokens_mean, seconds, tokens_per_s. The grammar mode is not run
         for the answer role (it has no grammar).
     """
@@ -193,9 +195,20 @@ def evaluate_sets(sets: dict[str, Sequence[dict]], out_dir: str | Path, config: 
                 score_cols = ("adheres", "op_f1", "exact_f1")
             for x, pe in zip(records, rep.per_example):
                 x.update(pe)
+            extra = {}
+            if role == "ask" and cfg.retrieval and any(r.get("context") for r in rows):
+                from .rewards import ask_retrieval_reward
+
+                got = ask_retrieval_reward(outputs, context=[r.get("context") or [] for r in rows],
+                                           gold_facts=[r.get("gold_facts") or [] for r in rows],
+                                           embedder=cfg.embedder, seed=cfg.seed)
+                for x, v in zip(records, got):
+                    x["retrieval"] = v
+                extra["retrieval"] = float(np.mean(got))
+                score_cols += ("retrieval",)
             secs = float(sum(x["seconds"] for x in records))
             new_tok = float(sum(x["n_new_tokens"] for x in records))
-            table.append({"set": name, "role": role, "mode": mode, "prompt": spec.name, **rep.summary(),
+            table.append({"set": name, "role": role, "mode": mode, "prompt": spec.name, **rep.summary(), **extra,
                           "new_tokens_mean": new_tok / max(1, len(records)), "seconds": secs,
                           "tokens_per_s": new_tok / secs if secs > 0 else 0.0})
             df = pd.DataFrame(records)

@@ -167,8 +167,11 @@ def test_before_sets_skip_missing_seed_data_in_one_line(tmp_path):
     from mags_lib.data import GenerationConfig, build_all
 
     cfg = GenerationConfig(n_train=6, n_validation=3, n_test=3, worlds_train=2, worlds_validation=1, worlds_test=1)
+    stale = tmp_path / "data" / "processed" / "seed_ask_smoke"  # an earlier import, when the folder existed
+    (stale / "data").mkdir(parents=True)
     built = build_all("smoke", seed_path=tmp_path / "no-such-folder", config=cfg, root=tmp_path, progress=False)
     assert built["seed_import"] is None and "no-such-folder" in built["seed_skipped"]
+    assert not stale.exists() and "seed_ask_smoke" in built["seed_skipped"]  # never mixed with this run
     notes = []
     sets = before_sets("smoke", root=tmp_path, note=notes.append)
     assert sorted(sets) == ["gen_answer_smoke", "gen_ask_smoke", "gen_write_smoke"]

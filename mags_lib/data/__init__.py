@@ -23,7 +23,11 @@ from .stats import (
     dataset_stats,
     distinct_ngram_ratio,
     diversity_table,
+    plot_input_lengths,
+    plot_ops,
     samples_by_kind,
+    samples_table,
+    seed_failures_table,
     split_stats,
     stats_table,
 )
@@ -56,12 +60,16 @@ __all__ = [
     "load_card",
     "load_processed",
     "name_words",
+    "plot_input_lengths",
+    "plot_ops",
     "processed_root",
     "profile_config",
     "render_answer",
     "render_example",
     "resolve_seed_path",
     "samples_by_kind",
+    "samples_table",
+    "seed_failures_table",
     "save_dataset",
     "seed_skip_message",
     "split_of",
@@ -138,6 +146,17 @@ def build_all(profile: str = "default", *, seed: int = 0, seed_path: str | Path 
             rows[role], name, source="generated", seed=cfg.seed, generator_version=GENERATOR_VERSION,
             params=params, mask=mask, root=root,
             description=f"Procedurally generated {what} examples (invented worlds, split by world).")
+    if skipped is not None:
+        # processed seed data of an earlier import would be used by later notebooks although this run
+        # had no seed input: it is derived data (re-made from the seed folder), so it goes
+        import shutil
+
+        stale = [processed_root(root) / dataset_name("seed", r, profile) for r in ("ask", "write")]
+        stale = [p for p in stale if p.exists()]
+        for p in stale:
+            shutil.rmtree(p)
+        if stale:
+            out["seed_skipped"] = skipped = skipped + f" (removed the earlier import {', '.join(p.name for p in stale)})"
     if skipped is None:
         imp = import_seed(seed_path)
         out["seed_import"] = imp
@@ -161,16 +180,3 @@ def name_words(world: World) -> set[str]:
         words.add(e.core.lower())
         words.add(e.name.split()[0].lower())
     return words
-
-
-def add_prompts(dataset, *, few_shot: int = 0, column: str = "prompt"):
-    """Add TRL's conversational ``prompt`` column: ``protocol.build_messages(role, input, few_shot=...)``.
-
-    Works on a ``datasets.Dataset`` or ``DatasetDict``. The other columns stay: TRL passes them to
-    the reward functions of :mod:`mags_lib.rewards` (``role``, ``response``, ``context``, ``gold_facts``).
-    """
-    from .. import protocol
-
-    if few_shot < 0:
-        raise ValueError(f"few_shot must be >= 0, got {few_shot}")
-    return dataset.map(lambda r: {column: protocol.build_messages(r["role"], r["input"], few_shot=few_shot)})
