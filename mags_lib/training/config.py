@@ -115,7 +115,8 @@ class GRPOConfig:
     max_completion_length: int = _f(96, "longest completion in tokens")
     rewards: dict[str, float] = _f({}, "reward name (mags_lib.rewards.REGISTRY) -> weight")
     reward_options: dict[str, dict] = _f({}, "reward name -> keyword options (e.g. the embedder)")
-    n_prompts: int = _f(400, "training prompts drawn (hard ones first when select_hard)")
+    n_prompts: int = _f(400, "candidate training prompts (whose gold fits max_completion_length); GRPO uses "
+                             "max_steps x prompts_per_step of them, the hardest first when select_hard")
     select_hard: bool = _f(True, "prefer prompts the warm-start model gets wrong (fewer zero-variance groups)")
     save_steps: int = _f(10, "checkpoint every this many steps")
     save_total_limit: int = _f(2, "checkpoints kept")
@@ -198,9 +199,11 @@ def _profile_values(role: str, profile: str) -> dict:
                               max_completion_length=48 if long_out else 16, select_hard=False),
                     n_eval=6)
     if profile == "default":
-        return dict(sft=dict(max_steps={"ask": 220, "write": 220, "answer": 200}[role], batch_size=8),
-                    grpo=dict(max_steps=30, prompts_per_step=2, num_generations=4,
-                              max_completion_length=160 if long_out else 16, n_prompts=240),
+        # sized for about half an hour per role on 2 quiet cores (measured figures: README / notebook 20)
+        return dict(sft=dict(max_steps={"ask": 120, "write": 120, "answer": 100}[role], batch_size=8,
+                             n_generated={"ask": 600, "write": 500, "answer": 800}[role]),
+                    grpo=dict(max_steps=20, prompts_per_step=2, num_generations=4,
+                              max_completion_length=128 if long_out else 16, n_prompts=160),
                     n_eval=200)
     return dict(sft=dict(max_steps=1200, batch_size=16, n_generated=0, n_seed=-1, learning_rate=3e-4),
                 grpo=dict(max_steps=300, prompts_per_step=4, num_generations=8,

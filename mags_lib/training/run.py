@@ -480,8 +480,20 @@ def train_stage(stage: str, cfg: TrainConfig, rows: Sequence[dict], folder: Path
                              disable_dropout=True, log_completions=False)
         trainer = GRPOTrainer(model=model, reward_funcs=funcs, args=args, train_dataset=ds, processing_class=tok,
                               callbacks=callbacks)
+        from .throughput import grpo_profile
+
+        spent = grpo_profile(trainer)  # seconds in generation, log-prob forwards, rewards
+    t_train = time.perf_counter()
     trainer.train(resume_from_checkpoint=str(ckpt) if ckpt else None)
     seconds = time.perf_counter() - t0
+    if stage == "grpo":
+        train_s = time.perf_counter() - t_train
+        rest = train_s - spent["generate"] - spent["logprob_forward"] - spent["rewards"]
+        time_split = {k: round(v, 2) for k, v in spent.items() if k != "calls"} | {
+            "backward_optimizer_other": round(rest, 2), "train_seconds": round(train_s, 2),
+            "steps_this_process": int(trainer.state.global_step) - resume_step}
+    else:
+        time_split = None
     steps = int(trainer.state.global_step)
     if steps < stage_cfg.max_steps:  # stopped early (stop_after): resumable, not finished
         return StageResult(stage, folder, False, resume_step or None, steps, seconds, {})
@@ -489,7 +501,7 @@ def train_stage(stage: str, cfg: TrainConfig, rows: Sequence[dict], folder: Path
     metrics = _summarise_log(log, stage, cfg)
     meta = {"format": STAGE_FORMAT, "role": cfg.role, "stage": stage, "content_hash": digest, **ident,
             "steps": steps, "resumed_from": resume_step or None, "wall_time_s": round(seconds, 1),
-            "train_metrics": metrics, "backend": backend, "bf16": bf16, "git_sha": repro.git_sha(),
+            "train_metrics": metrics, "time_split": time_split, "backend": backend, "bf16": bf16, "git_sha": repro.git_sha(),
             "packages": repro.package_versions(), "written_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
     _finish_adapter(trainer.model, folder, meta)
     del trainer, model
@@ -622,8 +634,16 @@ def train_role(role: str, *, run_tag: str, config: TrainConfig, data: dict | Non
         pool = data["gen"]["train"].to_list()
         if data.get("seed") is not None and role != "answer":
             pool += data["seed"]["train"].to_list()
+        from transformers import AutoTokenizer
+
+        tok = AutoTokenizer.from_pretrained(str(base_dir))
+        fits = [r for r in pool if len(tok(r["response"], add_special_tokens=False)["input_ids"])
+                < g.max_completion_length]
+        if len(fits) < len(pool):
+            note(f"{role}/grpo: {len(pool) - len(fits)} of {len(pool)} training rows have a gold answer longer than "
+                 f"max_completion_length={g.max_completion_length} tokens and are not GRPO prompts")
         rng = np.random.default_rng([config.seed, 2])
-        cand = _take(pool, min(len(pool), g.n_prompts), rng)
+        cand = _take(fits, min(len(fits), g.n_prompts), rng)
         need = g.max_steps * g.prompts_per_step
         grpo_data = cand
         if g.select_hard:
