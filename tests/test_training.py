@@ -126,10 +126,19 @@ def test_resume_after_a_kill_equals_an_uninterrupted_run(tiny_base, rows, tmp_pa
     proc.wait()
     assert not (out / "meta.json").exists()  # the stage did not finish
     assert not (out / "checkpoints" / "checkpoint-6").exists()
-    # resuming in this process finishes the remaining steps from checkpoint-2
+    # resuming in this process finishes the remaining steps from checkpoint-2 (and runs only those)
+    from transformers import TrainerCallback
+
+    class Count(TrainerCallback):
+        n = 0
+
+        def on_step_end(self, *a, **k):
+            Count.n += 1
+
     res = train_stage("sft", cfg, train, out, base_dir=tiny_base, prompt=prompt, data_hashes={"t": "1"},
-                      progress=False)
+                      progress=False, callbacks=[Count()])
     assert res.resumed_from is not None and res.resumed_from >= 2 and res.steps == 6
+    assert Count.n == 6 - res.resumed_from
     a, b = _weights(tmp_path / "ref"), _weights(out)
     assert a.keys() == b.keys() and a
     # the steps moved the adapter (LoRA B starts at zero), so equality below is not trivial

@@ -79,18 +79,21 @@ def _load_model(base_dir: Path, cfg: TrainConfig, backend: str, *, adapter: Path
     import torch
 
     lora = cfg.lora
-    if backend == "unsloth":  # pragma: no cover - needs CUDA
+    if backend == "unsloth":  # pragma: no cover - needs CUDA; not run on the CPU machines of this project
+        # Unsloth patches transformers and TRL when imported: train_stage imports it before TRL.
         from unsloth import FastLanguageModel
 
-        model, tok = FastLanguageModel.from_pretrained(model_name=str(adapter or base_dir),
-                                                       max_seq_length=cfg.sft.max_length, dtype=None,
-                                                       load_in_4bit=False)
-        if adapter is None:
-            model = FastLanguageModel.get_peft_model(model, r=lora.r, lora_alpha=lora.alpha,
-                                                     lora_dropout=lora.dropout,
-                                                     target_modules=list(lora.target_modules), bias="none",
-                                                     use_gradient_checkpointing="unsloth", random_state=cfg.seed)
-        return model, tok
+        model, tok = FastLanguageModel.from_pretrained(model_name=str(base_dir), max_seq_length=cfg.sft.max_length,
+                                                       dtype=None, load_in_4bit=False)
+        model = FastLanguageModel.get_peft_model(model, r=lora.r, lora_alpha=lora.alpha, lora_dropout=lora.dropout,
+                                                 target_modules=list(lora.target_modules), bias="none",
+                                                 use_gradient_checkpointing="unsloth", random_state=cfg.seed)
+        if adapter is not None:  # continue the warm start: its weights into the same LoRA layout
+            from peft import set_peft_model_state_dict
+            from safetensors.torch import load_file
+
+            set_peft_model_state_dict(model, load_file(str(adapter / "adapter_model.safetensors")))
+        return model, _fix_special_tokens(tok, model)
     from peft import LoraConfig, PeftModel, get_peft_model
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -436,6 +439,8 @@ def train_stage(stage: str, cfg: TrainConfig, rows: Sequence[dict], folder: Path
         import torch
 
         torch.set_num_threads(cfg.threads)
+    if backend == "unsloth":  # pragma: no cover - needs CUDA
+        import unsloth  # noqa: F401  (before TRL, so its patches apply)
     model, tok = _load_model(base_dir, cfg, backend, adapter=init_adapter)
     callbacks = _Callbacks.make(folder / "log.csv", {"content_hash": digest, "stage": stage}, resume_step) + list(callbacks)
     if stop_after is not None:
