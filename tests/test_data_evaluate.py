@@ -91,16 +91,22 @@ def test_cache_is_invalidated_when_the_model_file_changes(tmp_path):
     assert len(be.calls) > n  # changed file: generated again
 
 
+class Spy(EchoBackend):
+    """Records every prompt it is given."""
+
+    def __init__(self, gold_by_input):
+        super().__init__(gold_by_input)
+        self.seen = []
+
+    def generate(self, prompts, **kw):
+        self.seen.extend(prompts)
+        return super().generate(prompts, **kw)
+
+
 def test_prompts_are_the_role_spec(tmp_path):
     sets = {"s": _rows("ask", 2)}
-    seen = []
-
-    class Spy(EchoBackend):
-        def generate(self, prompts, **kw):
-            seen.extend(prompts)
-            return super().generate(prompts, **kw)
-
     spy = Spy({r["input"]: r["response"] for r in sets["s"]})
+    seen = spy.seen
     evaluate_sets(sets, tmp_path, EvalConfig(n_per_set=0, embedder="hash", modes=("free",)), backend=spy,
                   progress=False)
     # an untrained model gets the base prompt: the agent's few-shot block and system prompt
@@ -120,15 +126,9 @@ def test_a_trained_model_is_prompted_as_its_meta_says(tmp_path):
     (run / "meta.json").write_text(json.dumps({"format": "mags-trained-model", "role": "ask", "prompt": odd,
                                                "final_stage": "sft"}))
     sets = {"s": _rows("ask", 1)}
-    seen = []
-
-    class Spy(EchoBackend):
-        def generate(self, prompts, **kw):
-            seen.extend(prompts)
-            return super().generate(prompts, **kw)
-
     spy = Spy({r["input"]: r["response"] for r in sets["s"]})
     spy.model_path = str(run / "sft")
+    seen = spy.seen
     evaluate_sets(sets, tmp_path / "o", EvalConfig(n_per_set=0, embedder="hash", modes=("free",)), backend=spy,
                   progress=False)
     assert seen[0][0] == {"role": "system", "content": "Ask, tersely."} and len(seen[0]) == 2
