@@ -207,7 +207,7 @@ def _profile_values(role: str, profile: str) -> dict:
         return dict(sft=dict(max_steps=3, batch_size=2, max_length=384, n_generated=16, n_seed=8, save_steps=3),
                     grpo=dict(max_steps=2, prompts_per_step=1, num_generations=2, n_prompts=4, save_steps=2,
                               max_completion_length=32 if long_out else 16, select_hard=False),
-                    n_eval=3, eval_max_new_tokens=48, threads=1)
+                    n_eval=2, eval_max_new_tokens=32, threads=1)
     if profile == "default":
         # sized for about half an hour per role on 2 quiet cores (measured figures: README / notebook 20)
         return dict(sft=dict(max_steps={"ask": 120, "write": 120, "answer": 100}[role], batch_size=8,
