@@ -228,13 +228,13 @@ def test_a_warm_start_raises_adherence_of_the_real_model(rows, tmp_path):
     test = rows["write"]["test"][:12]
 
     def measure(model):
-        with TransformersBackend(model, batch_size=6, n_threads=2) as b:
+        with TransformersBackend(model, batch_size=6, n_threads=1) as b:
             gens = b.generate([prompt.messages(r["input"]) for r in test], max_new_tokens=48)
         return adherence([g.text for g in gens], "write")
 
     before = measure(None)
     cfg = _tiny_cfg(max_steps=16, batch_size=4, save_steps=16, learning_rate=1e-3)
-    cfg = dataclasses.replace(cfg, lora=LoraSpec(), threads=2)
+    cfg = dataclasses.replace(cfg, lora=LoraSpec(), threads=1)
     res = train_stage("sft", cfg, rows["write"]["train"], tmp_path / "sft", base_dir=base_model_dir(),
                       prompt=prompt, data_hashes={"t": "1"}, progress=False)
     after = measure(str(res.folder))
