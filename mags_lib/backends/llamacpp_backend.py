@@ -201,9 +201,9 @@ def _read_gguf_header(path: str) -> GGUFHeader:
             raise GGUFError(f"{what}: GGUF version {version} is not supported (2 or 3); the file is "
                             "corrupt or from an unknown writer")
         n_tensors, n_kv = unpack("<QQ", "counts")
-        if n_tensors > size // 24 or n_kv > size // 12:
+        if n_tensors > 1 << 24 or n_kv > 1 << 24:
             raise GGUFError(f"{what} is corrupt: its header claims {n_tensors:,} tensors and {n_kv:,} "
-                            "metadata entries, more than the file can hold")
+                            "metadata entries")
         meta: dict = {}
         for _ in range(n_kv):
             key = read_str("a metadata key")
@@ -391,6 +391,12 @@ class LlamaCppBackend(Backend):
     share_model : bool
         Backends of one process that load the same GGUF file share its weights, each with its own
         context (KV cache, adapters). ``False`` loads a private copy.
+    prefix_cache : bool
+        Greedy generations reuse the KV cache of the longest prompt prefix already evaluated (the
+        agent's fixed system prompt and few-shot block are processed once). The last prompt token is
+        then evaluated alone, which can flip a near-tied token compared with a fresh evaluation:
+        ``False`` evaluates every prompt afresh, so an output never depends on what came before.
+        Sampled generations (``temperature > 0``) always start afresh, so a seed reproduces them.
 
     LoRA adapters (:meth:`load_adapter`, :meth:`set_adapter`, :meth:`unload_adapter`) are loaded onto
     the model and applied to this backend's context only: two backends sharing one base model can
@@ -403,7 +409,7 @@ class LlamaCppBackend(Backend):
 
     def __init__(self, model: Any = None, *, n_threads: int | None = None, n_ctx: int = 2048,
                  n_batch: int = 512, seed: int = 0, base_model: Any = None, lora_scale: float = 1.0,
-                 share_model: bool = True, verbose: bool = False) -> None:
+                 share_model: bool = True, prefix_cache: bool = True, verbose: bool = False) -> None:
         from ..models import resolve_model
 
         spec = resolve_model(model)
@@ -439,6 +445,7 @@ class LlamaCppBackend(Backend):
         self.lora_path = lora_path
         self.n_ctx = int(n_ctx)
         self.seed = int(seed)
+        self.prefix_cache = bool(prefix_cache)
         self._grammars: dict[str, Any] = {}
         self._lora: dict[str, tuple[Any, float]] = {}
         self._llm = None
@@ -600,6 +607,8 @@ class LlamaCppBackend(Backend):
                                  "n_ctx")
             budget = min(max_new_tokens, self.n_ctx - n_prompt)
             t0 = time.perf_counter()
+            if temperature > 0 or not self.prefix_cache:
+                self._llm.reset()
             res = self._llm.create_completion(
                 prompt=text, max_tokens=budget, temperature=temperature, top_k=0, top_p=1.0,
                 min_p=0.0, typical_p=1.0, repeat_penalty=1.0, frequency_penalty=0.0,

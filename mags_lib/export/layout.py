@@ -142,13 +142,6 @@ def export_adapter(adapter_dir: str | os.PathLike, out_dir: str | os.PathLike, c
     dict
         The manifest (also written to ``out_dir/manifest.json``).
     """
-    import torch
-    from peft import PeftModel
-    from tqdm.auto import tqdm
-    from transformers import AutoModelForCausalLM
-
-    from .. import repro
-
     cfg = config or ExportConfig()
     adapter_dir = Path(adapter_dir)
     if not (adapter_dir / "adapter_config.json").is_file():
@@ -167,6 +160,13 @@ def export_adapter(adapter_dir: str | os.PathLike, out_dir: str | os.PathLike, c
             and old.get("base", {}).get("model.safetensors_sha256") == base_info.get("model.safetensors_sha256")
             and old.get("exporter_version") == EXPORT_VERSION and set(cfg.variants) <= set(old["files"])):
         return old
+    import torch
+    from peft import PeftModel
+    from tqdm.auto import tqdm
+    from transformers import AutoModelForCausalLM
+
+    from .. import repro
+
     t_start = time.perf_counter()
     name = name or adapter_dir.parent.name
     tok_dir = adapter_dir if (adapter_dir / "tokenizer.json").is_file() else base

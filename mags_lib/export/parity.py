@@ -14,6 +14,9 @@ prompted (its chat messages rendered with the chat template), and for every file
 * **size on disk** and **tokens/s** (greedy, single stream, prompt processing included; the
   reference generates in batches, its figure is for orientation only).
 
+Every prompt is evaluated afresh in llama.cpp (no KV prefix reuse between examples), so an output
+does not depend on the order of the examples.
+
 Near-ties decide greedy equality: a file that agrees on 99.9% of teacher-forced positions can still
 diverge in a long output where two tokens were within a rounding error, after which the outputs
 differ entirely. Both figures are reported for that reason.
@@ -179,7 +182,8 @@ def parity(role: str, rows: Sequence[Mapping[str, Any]], reference: Any, files: 
                       "tokens_per_s": ref_new / ref_secs if ref_secs > 0 else float("nan"), "load_s": ref_load})
         for label, path in files.items():
             t0 = time.perf_counter()
-            b = load_backend("llamacpp", model=path, n_threads=cfg.n_threads, n_ctx=cfg.n_ctx, share_model=False)
+            b = load_backend("llamacpp", model=path, n_threads=cfg.n_threads, n_ctx=cfg.n_ctx, share_model=False,
+                             prefix_cache=False)
             load_s = time.perf_counter() - t0
             try:
                 agree = 0
