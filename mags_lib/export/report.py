@@ -89,31 +89,39 @@ def files_of(src: Source, variants: Sequence[str]) -> dict[str, Path]:
 
 
 def quant_figure(parity_df: Any, *, quality: str = "op_f1") -> Any:
-    """Size, speed and quality per quantization (one line per role): a matplotlib Figure.
+    """Size, speed and quality per quantization (bars grouped by variant, one colour per role).
 
     ``quality`` is the role metric drawn beside teacher-forced top-1 agreement (``op_f1`` for ask and
-    write; ``accuracy`` for answer when present).
+    write); the transformers reference's value is drawn as a dotted line in the role's colour.
     """
     import matplotlib.pyplot as plt
+    import numpy as np
 
     df = parity_df[parity_df["label"] != "transformers"]
     labels = list(dict.fromkeys(df["label"]))
+    roles = list(dict.fromkeys(df["role"]))
+    x = np.arange(len(labels))
+    width = 0.8 / max(1, len(roles))
     fig, axes = plt.subplots(1, 4, figsize=(16, 3.6))
-    panels = [("size_mb", "size on disk (MiB)"), ("tokens_per_s", "tokens/s (1 thread, greedy)"),
+    panels = [("size_mb", "size on disk (MiB)"), ("tokens_per_s", "tokens/s (greedy, prompt included)"),
               ("top1_agreement", "teacher-forced top-1 agreement"), (quality, f"{quality} of greedy outputs")]
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     for ax, (col, title) in zip(axes, panels):
-        for role, grp in df.groupby("role", sort=False):
+        for k, role in enumerate(roles):
+            grp = df[df["role"] == role].set_index("label").reindex(labels)
             if col not in grp or grp[col].isna().all():
                 continue
-            g = grp.set_index("label").reindex(labels)
-            ax.plot(labels, g[col], marker="o", label=role)
-            if col == quality:
-                ref = parity_df[(parity_df["role"] == role) & (parity_df["label"] == "transformers")]
-                if len(ref) and col in ref:
-                    ax.axhline(float(ref[col].iloc[0]), ls=":", lw=1, color=ax.lines[-1].get_color())
+            c = colors[k % len(colors)]
+            ax.bar(x + (k - (len(roles) - 1) / 2) * width, grp[col].to_numpy(dtype=float), width, label=role,
+                   color=c)
+            ref = parity_df[(parity_df["role"] == role) & (parity_df["label"] == "transformers")]
+            if col == quality and len(ref) and col in ref and ref[col].notna().all():
+                ax.axhline(float(ref[col].iloc[0]), ls=":", lw=1.2, color=c)
+        if col == "top1_agreement" and df[col].notna().any():
+            ax.set_ylim(max(0.0, float(df[col].min()) - 0.05), 1.005)
+        ax.set_xticks(x, labels, rotation=30)
         ax.set_title(title, fontsize=10)
-        ax.tick_params(axis="x", rotation=30)
-        ax.grid(alpha=0.3)
+        ax.grid(alpha=0.3, axis="y")
     axes[0].legend(fontsize=8)
     axes[3].text(0.01, 0.01, "dotted: the transformers reference", transform=axes[3].transAxes, fontsize=7)
     fig.tight_layout()
