@@ -181,3 +181,32 @@ def test_export_config_checks():
     with pytest.raises(ValueError, match="lora_dtype"):
         E.ExportConfig(lora_dtype="BF16")
     assert E.ExportConfig(variants=("Q8_0", "q8_0", "lora")).variants == ("q8_0", "lora")
+
+
+def test_leftovers_of_a_killed_export_are_removed_but_not_those_of_a_live_one(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True,
+                          check=True)
+    dead_pid = int(dead.stdout)
+    (tmp_path / f".gguf.partial-{dead_pid}-x1").mkdir()
+    (tmp_path / f".model-f16.gguf.partial-{dead_pid}").write_bytes(b"half")
+    (tmp_path / f".gguf.old-{dead_pid}").mkdir()
+    live = tmp_path / f".gguf.partial-{os.getpid()}-x2"
+    live.mkdir()
+    gguf_write._remove_stale(tmp_path, "gguf")
+    gguf_write._remove_stale(tmp_path, "model-f16.gguf")
+    assert sorted(p.name for p in tmp_path.iterdir()) == [live.name]
+
+
+def test_trained_gguf_default_is_the_manifest_default(tmp_path):
+    run = _run(tmp_path, "write", "default")
+    gdir = _fake_export(run / "grpo", variants=("q4_1", "lora"))
+    manifest = json.loads((gdir / "manifest.json").read_text())
+    manifest["default"] = "lora-f32.gguf"
+    (gdir / "manifest.json").write_text(json.dumps(manifest))
+    assert E.trained_gguf("write", "default", models_root=tmp_path) == gdir / "lora-f32.gguf"
+    with pytest.raises(ValueError, match="default"):
+        E.ExportConfig(default="q5_k")

@@ -68,10 +68,37 @@ def file_sha256(path: str | os.PathLike, chunk: int = 1 << 22) -> str:
     return h.hexdigest()
 
 
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _remove_stale(parent: Path, name: str) -> None:
+    """Remove ``.<name>.partial-<pid>...`` / ``.<name>.old-<pid>...`` left by a process that was killed
+    (a ``finally`` never ran); those of a live process are left alone."""
+    import shutil
+
+    for p in list(parent.glob(f".{name}.partial-*")) + list(parent.glob(f".{name}.old-*")):
+        tail = p.name[len(name) + 2:].split("-", 1)[-1]
+        pid = tail.split("-", 1)[0]
+        if pid.isdigit() and _pid_alive(int(pid)):
+            continue
+        if p.is_dir():
+            shutil.rmtree(p, ignore_errors=True)
+        else:
+            p.unlink(missing_ok=True)
+
+
 @contextlib.contextmanager
 def _atomic_file(final: Path) -> Iterator[Path]:
     """Yield a temporary path beside ``final``; rename it to ``final`` only when the block succeeds."""
     final.parent.mkdir(parents=True, exist_ok=True)
+    _remove_stale(final.parent, final.name)
     tmp = final.with_name(f".{final.name}.partial-{os.getpid()}")
     try:
         yield tmp

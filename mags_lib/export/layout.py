@@ -21,6 +21,7 @@ from ..models import ModelNotFoundError, base_model_dir, project_root
 from .gguf_write import (
     ExportError,
     UnsupportedModelError,
+    _remove_stale,
     _verify_tokenizer,
     check_supported,
     file_sha256,
@@ -71,6 +72,11 @@ class ExportConfig:
         tokenizer; a difference fails the export.
     force : bool
         Export again even when ``gguf/manifest.json`` already records this adapter and base.
+    default : str
+        The variant the manifest names as ``default`` (what the agent runs when no variant is asked
+        for; the first exported of q8_0, f16, q4_k_m, q4_1, lora when this one is not exported). Q8_0:
+        on this CPU it generates as fast as the 4-bit files with F16's agreement, while the LoRA
+        applied at run time costs about a fifth of the speed.
     """
 
     variants: tuple[str, ...] = VARIANTS
@@ -78,6 +84,7 @@ class ExportConfig:
     n_threads: int = 1
     verify_tokenizer: bool = True
     force: bool = False
+    default: str = "q8_0"
 
     def __post_init__(self) -> None:
         self.variants = tuple(dict.fromkeys(str(v).lower() for v in self.variants))
@@ -88,6 +95,9 @@ class ExportConfig:
             raise ValueError(f"lora_dtype must be 'F32' or 'F16', got {self.lora_dtype!r}")
         if self.n_threads < 1:
             raise ValueError(f"n_threads must be >= 1, got {self.n_threads}")
+        self.default = str(self.default).lower()
+        if self.default not in VARIANTS:
+            raise ValueError(f"default must be one of {VARIANTS}, got {self.default!r}")
 
 
 def _adapter_sha256(adapter_dir: Path) -> str:
@@ -171,7 +181,8 @@ def export_adapter(adapter_dir: str | os.PathLike, out_dir: str | os.PathLike, c
     name = name or adapter_dir.parent.name
     tok_dir = adapter_dir if (adapter_dir / "tokenizer.json").is_file() else base
     out_dir.parent.mkdir(parents=True, exist_ok=True)
-    work = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.partial-", dir=out_dir.parent))
+    _remove_stale(out_dir.parent, out_dir.name)  # left by a killed export
+    work = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.partial-{os.getpid()}-", dir=out_dir.parent))
     files: dict[str, dict] = {}
     skipped: dict[str, str] = {}
     steps = [v for v in VARIANTS if v in cfg.variants]
@@ -233,8 +244,10 @@ def export_adapter(adapter_dir: str | os.PathLike, out_dir: str | os.PathLike, c
         if "f16" not in cfg.variants and "f16" in files:
             (work / FILES["f16"]).unlink()
             del files["f16"]
+        default = next((v for v in (cfg.default, "q8_0", "f16", "q4_k_m", "q4_1", "lora") if v in files), None)
         manifest = {"format": EXPORT_FORMAT, "version": 1, "exporter_version": EXPORT_VERSION,
                     "name": name, **dict(info or {}), "source_adapter": source, "base": base_info,
+                    "default": files[default]["file"] if default else None,
                     "files": files, "skipped": skipped, "merge_seconds": merge_s,
                     "export_seconds": time.perf_counter() - t_start, "parity": {},
                     "created": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
@@ -367,15 +380,15 @@ def export_role(role: str, run_tag: str = "default", config: ExportConfig | None
                           info={"role": role, "run_tag": run_tag, "stage": adapter.name}, progress=progress)
 
 
-def trained_gguf(role: str, run_tag: str = "default", variant: str = "q8_0", *,
+def trained_gguf(role: str, run_tag: str = "default", variant: str | None = None, *,
                  models_root: str | os.PathLike | None = None) -> Path:
     """The exported GGUF of a trained role, checked against the adapter it came from.
 
     Parameters
     ----------
-    variant : str
+    variant : str, optional
         One of :data:`VARIANTS` (``"lora"``: the adapter alone, which the llama.cpp backend applies
-        onto the embedded base model).
+        onto the embedded base model); ``None``: the export's ``default`` (Q8_0 unless asked otherwise).
 
     Raises
     ------
@@ -384,8 +397,7 @@ def trained_gguf(role: str, run_tag: str = "default", variant: str = "q8_0", *,
     ExportError
         The export is stale (the adapter changed since) or damaged.
     """
-    variant = variant.lower()
-    if variant not in VARIANTS:
+    if variant is not None and variant.lower() not in VARIANTS:
         raise ValueError(f"variant must be one of {VARIANTS}, got {variant!r}")
     adapter = final_adapter(role, run_tag, models_root=models_root)
     gdir = adapter.parent / "gguf"
@@ -399,6 +411,10 @@ def trained_gguf(role: str, run_tag: str = "default", variant: str = "q8_0", *,
         raise ExportError(f"the GGUF export in {gdir} was made from another version of {adapter} (the adapter "
                           f"changed since); export again: python -m mags_lib.export --role {role} "
                           f"--run-tag {run_tag}")
+    if variant is None:
+        by_file = {e["file"]: v for v, e in manifest["files"].items()}
+        variant = by_file.get(manifest.get("default"), next(iter(manifest["files"]), None))
+    variant = str(variant).lower()
     if variant not in manifest["files"]:
         why = manifest.get("skipped", {}).get(variant, "it was not asked for")
         raise ModelNotFoundError(f"the export in {gdir} has no {variant!r} file ({why}); it has "
