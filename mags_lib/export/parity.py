@@ -103,7 +103,8 @@ def _role_metrics(role: str, outputs: Sequence[str], rows: Sequence[Mapping], em
 def parity(role: str, rows: Sequence[Mapping[str, Any]], reference: Any, files: Mapping[str, str | os.PathLike],
            config: ParityConfig | None = None, *,
            messages: Callable[[Mapping[str, Any]], list[dict[str, str]]] | None = None,
-           out_dir: str | os.PathLike | None = None, progress: bool = True) -> Any:
+           stop: Sequence[str] | None = None, out_dir: str | os.PathLike | None = None,
+           progress: bool = True) -> Any:
     """Compare GGUF files with the transformers model they were exported from.
 
     Parameters
@@ -119,6 +120,8 @@ def parity(role: str, rows: Sequence[Mapping[str, Any]], reference: Any, files: 
         Label -> GGUF file (a merged model, or a LoRA adapter applied onto the embedded base).
     messages : callable, optional
         Row -> chat messages (default :func:`default_messages`).
+    stop : list of str, optional
+        Strings that end a greedy output (the role's, e.g. a newline for the reader), for every model.
     out_dir : path, optional
         Where ``parity_<role>.jsonl`` (every output, per example) and ``parity_<role>.csv`` go.
 
@@ -167,7 +170,7 @@ def parity(role: str, rows: Sequence[Mapping[str, Any]], reference: Any, files: 
             bar.update(1)
         ref_out, ref_secs, ref_new = [], 0.0, 0
         for start in range(0, len(texts), cfg.batch_size):
-            gens = ref.generate(texts[start:start + cfg.batch_size], max_new_tokens=cfg.max_new_tokens)
+            gens = ref.generate(texts[start:start + cfg.batch_size], max_new_tokens=cfg.max_new_tokens, stop=stop)
             ref_out += [g.text for g in gens]
             ref_secs += gens[0].seconds
             ref_new += sum(g.n_new_tokens for g in gens)
@@ -195,7 +198,7 @@ def parity(role: str, rows: Sequence[Mapping[str, Any]], reference: Any, files: 
                     bar.update(1)
                 outs, secs, new = [], 0.0, 0
                 for ex, text, ro in zip(per_example, texts, ref_out):
-                    gen = b.generate([text], max_new_tokens=cfg.max_new_tokens)[0]
+                    gen = b.generate([text], max_new_tokens=cfg.max_new_tokens, stop=stop)[0]
                     outs.append(gen.text)
                     secs += gen.seconds
                     new += gen.n_new_tokens
