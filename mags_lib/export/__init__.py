@@ -23,7 +23,9 @@ Parts:
 * :mod:`~mags_lib.export.layout` -- the export of one adapter / one trained role into ``gguf/``, its
   manifest, and :func:`trained_gguf`, which the agent uses to find the file of a trained role;
 * :mod:`~mags_lib.export.parity` -- each file against the transformers model it came from;
-* :mod:`~mags_lib.export.switch` -- adapters switched over one loaded base: time and memory.
+* :mod:`~mags_lib.export.switch` -- adapters switched over one loaded base: time and memory;
+* :mod:`~mags_lib.export.latency` -- MAGS turn latency on the exported files of trained roles;
+* :mod:`~mags_lib.export.report` -- what notebook 30 calls (sources, export of every role, figure).
 
 Every file is written to a temporary name and renamed when complete, and the whole ``gguf/`` folder
 is swapped in at the end, so an interrupted export leaves the previous export (or nothing), never a
