@@ -253,3 +253,20 @@ def test_switch_timing_and_memory_report(work):
     shared = memory_footprint("adapters_per_context", [work.file("lora")] * 3, n_ctx=512)
     assert merged["n_models"] == shared["n_models"] == 3
     assert shared["uss_mb"] < merged["uss_mb"]  # one base in memory, not three models
+
+
+def test_mags_runs_on_the_exported_files(work):
+    """The agent on exported files: a merged Q8_0 writer, and an asker that is the LoRA file applied
+    onto the embedded base, whose weights it shares with the (base) reader -- each role its own context
+    and adapter."""
+    from mags_lib import MAGS
+
+    with MAGS.default(write_model=str(work.file("q8_0")), ask_model=str(work.file("lora")), embedder="hash",
+                      n_threads=1, n_ctx=1024) as m:
+        o = m.observe("Blorps eat only frozen lemons.", source="D1:1")
+        a = m.ask("What do blorps eat?")
+        assert m.backend("write").model_path == str(work.file("q8_0"))
+        ask, answer = m.backend("ask"), m.backend("answer")
+        assert ask.lora_path == str(work.file("lora")) and ask.active_adapter == "default"
+        assert answer.active_adapter is None and ask.model_handle == answer.model_handle
+        assert o.extraction.text is not None and isinstance(a.answer, str)
