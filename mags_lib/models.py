@@ -33,6 +33,7 @@ __all__ = [
     "smollm2_gguf_path",
     "minilm_path",
     "base_model_dir",
+    "file_sha256",
     "resolve_model",
 ]
 
@@ -126,7 +127,8 @@ def minilm_path() -> Path:
     return path
 
 
-def _file_digest(path: Path, chunk: int = 1 << 22) -> str:
+def file_sha256(path: str | os.PathLike, chunk: int = 1 << 22) -> str:
+    """SHA-256 of a file (streamed)."""
     h = hashlib.sha256()
     with open(path, "rb") as f:
         while block := f.read(chunk):
@@ -216,7 +218,7 @@ def base_model_dir(models_root: Path | str | None = None, *, force: bool = False
         files = {p.name: p.stat().st_size for p in tmp.iterdir() if p.is_file()}
         meta = {"source": str(gguf), "source_size": gguf.stat().st_size, "files": files,
                 "conversion_version": _CONVERSION_VERSION,
-                "model.safetensors_sha256": _file_digest(tmp / "model.safetensors")
+                "model.safetensors_sha256": file_sha256(tmp / "model.safetensors")
                 if (tmp / "model.safetensors").exists() else None}
         (tmp / _MANIFEST).write_text(json.dumps(meta, indent=1))
         if target.exists():

@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from ..models import base_model_dir
+from ..models import base_model_dir, file_sha256
 
 __all__ = [
     "SUPPORTED_ARCHITECTURES",
@@ -59,15 +59,6 @@ class UnsupportedModelError(ExportError, ValueError):
 
 # ------------------------------------------------------------------------------------------------
 # small helpers
-def file_sha256(path: str | os.PathLike, chunk: int = 1 << 22) -> str:
-    """SHA-256 of a file (streamed)."""
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while block := f.read(chunk):
-            h.update(block)
-    return h.hexdigest()
-
-
 def _pid_alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
