@@ -3,9 +3,9 @@
 ``python -m mags_lib.pipeline --profile smoke`` runs every ``notebooks/NN_*.ipynb`` in name order
 with papermill and writes, for a run tag ``T``::
 
-    results/T/pipeline.json            one record per notebook (status, wall time, peak memory,
+    results/T/pipeline.json            one record per notebook run (status, wall time, peak memory,
                                         parameters, input hash, error), rewritten atomically
-                                        after each notebook
+                                        after each run
     results/T/NN_name/NN_name.ipynb    the executed copy (next to what the notebook itself writes
                                         into results/T/NN_name/, e.g. its meta.json)
 
@@ -13,12 +13,42 @@ Before anything is executed every parameter is checked against the ``parameters`
 selected notebooks (read with :func:`papermill.inspect_notebook`): an unknown name or a value that
 does not parse as the declared type is an error that lists the valid parameters.  A parameter is
 passed only to the notebooks that declare it; ``profile``, ``run_tag`` and ``seed`` go to all.
+``-p name=value`` and papermill's own ``-p name value`` are both accepted.
 
-Re-running resumes: a notebook whose last run finished with the same *input hash* is skipped.
-The input hash covers the notebook's cell sources (not its outputs), the parameters it receives,
-the files it declares as inputs (notebook metadata ``{"mags": {"inputs": ["data/raw/*.json"]}}``,
-glob patterns relative to the project root, ``{run_tag}`` substituted) and the input hashes of
-all earlier notebooks of the sequence, so a change upstream re-runs what follows.
+Matrix notebooks
+----------------
+A notebook whose metadata says ``{"mags": {"matrix": {"role": ["ask", "write", "answer"]}}}`` is
+executed once per value with that parameter set (it must declare ``role`` in its parameters cell).
+Each run has its own record in ``pipeline.json`` under ``"NN_name/<value>"`` and its executed copy
+in ``results/T/NN_name/<value>/``, where the notebook writes its outputs too
+(``repro.run_dir(run_tag, f"NN_name/{role}")``). ``-p role=ask`` narrows the matrix to that value.
+Several matrix parameters run every combination (folders ``NN_name/<v1>/<v2>``).
+
+Resume
+------
+A notebook run whose last run finished with the same *input hash* is skipped. The input hash
+covers:
+
+* the notebook's cell types and sources (not outputs, ids or execution counts);
+* the parameters it receives;
+* the source of the library modules the notebook's kernel imported when it last ran (traced in the
+  kernel after every cell, so imports done inside functions or chosen by name count too), and every
+  file under ``mags_lib/`` that is not Python source (see :func:`library_digest`);
+* the files it declares as inputs (notebook metadata ``{"mags": {"inputs": ["data/raw/*.json",
+  "{seed_path}"]}}``: glob patterns relative to the project root, a folder meaning every file
+  under it, ``{name}`` replaced by the value of parameter ``name``, its default when not given);
+* the input hashes of all earlier notebooks of the sequence, so a change upstream re-runs what
+  follows.
+
+Progress
+--------
+While a notebook runs, the runner prints each code cell as it starts (``code cell 3/12 (cell 7)
+<first line>``) and relays the kernel's stdout and stderr, indented, as they arrive: a ``tqdm``
+bar in a cell shows how far a long cell is. In these batch kernels ``tqdm.auto`` is the text bar
+(widgets would never reach a terminal or a log file), redrawn at most once a second.
+
+Executed copies are marked trusted (``jupyter trust``: the user ran them) so that JupyterLab shows
+their interactive graph pictures, which it hides in untrusted notebooks.
 
 A run tag belongs to one profile: a smoke run never writes into a real run's tag and vice versa.
 
@@ -34,8 +64,11 @@ import contextlib
 import dataclasses
 import datetime as _dt
 import difflib
+import functools
 import glob
 import hashlib
+import io
+import itertools
 import json
 import os
 import re
@@ -47,16 +80,21 @@ from pathlib import Path
 from typing import Any, Self
 
 __all__ = [
+    "LIBRARY_DIR",
     "PROFILES",
     "REQUIRED_PARAMETERS",
     "NotebookFailed",
     "NotebookInfo",
     "ParameterError",
     "PipelineError",
+    "declared_inputs",
     "discover_notebooks",
     "input_hash",
     "inspect_parameters",
+    "library_digest",
+    "library_files",
     "main",
+    "notebook_matrix",
     "parse_value",
     "run_pipeline",
     "select_notebooks",
@@ -420,8 +458,113 @@ def validate_parameters(
 
 
 # --------------------------------------------------------------------------------------------
-# hashing, state, memory
+# matrix, declared inputs, hashing
 # --------------------------------------------------------------------------------------------
+
+LIBRARY_DIR = Path(__file__).resolve().parent
+"""The library whose source is part of the input hashes (``mags_lib/``)."""
+
+_FIELD_RE = re.compile(r"\{(\w+)\}")
+
+
+def _nb_metadata(nb: NotebookInfo) -> dict:
+    import nbformat
+
+    meta = nbformat.read(str(nb.path), as_version=4).metadata.get("mags", {})
+    if not isinstance(meta, dict):
+        raise PipelineError(f"{nb.path.name}: metadata 'mags' must be a mapping, got {meta!r}")
+    return meta
+
+
+def notebook_matrix(nb: NotebookInfo, specs: Mapping[str, dict] | None = None) -> dict[str, list]:
+    """The matrix a notebook declares in its metadata (``{"mags": {"matrix": {name: [values]}}}``).
+
+    Parameters
+    ----------
+    nb : NotebookInfo
+    specs : mapping, optional
+        ``inspect_parameters(nb.path)``; read when not given.
+
+    Returns
+    -------
+    dict
+        ``name -> [typed values]`` in declaration order; empty for an ordinary notebook.
+
+    Raises
+    ------
+    PipelineError
+        When a matrix parameter is not declared in the parameters cell, has no values, repeats a
+        value, has a value that does not parse as the declared type or is not one of its choices,
+        or a value that cannot be a folder name.
+    """
+    matrix = _nb_metadata(nb).get("matrix", {})
+    if not matrix:
+        return {}
+    where = f"{nb.path.name}: metadata mags.matrix"
+    if not isinstance(matrix, dict):
+        raise PipelineError(f"{where} must map a parameter name to a list of values, got {matrix!r}")
+    specs = specs if specs is not None else inspect_parameters(nb.path)
+    out: dict[str, list] = {}
+    for name, values in matrix.items():
+        if name not in specs:
+            raise PipelineError(f"{where} names {name!r}, which the parameters cell does not declare; "
+                                f"declared: {', '.join(specs)}")
+        if name in REQUIRED_PARAMETERS:
+            raise PipelineError(f"{where}: {name} is set by the runner for every notebook; it cannot "
+                                "be a matrix parameter")
+        if not isinstance(values, list) or not values:
+            raise PipelineError(f"{where}.{name} must be a non-empty list of values, got {values!r}")
+        typed = []
+        for raw in values:
+            try:
+                value = parse_value(raw, specs[name]["type"])
+            except ValueError as exc:
+                raise PipelineError(f"{where}.{name}: {exc}") from None
+            choices = specs[name].get("choices")
+            if choices and str(value) not in choices:
+                raise PipelineError(f"{where}.{name}: {value!r} is not one of {' | '.join(choices)}")
+            if not _RUN_TAG_RE.match(str(value)):
+                raise PipelineError(f"{where}.{name}: {value!r} cannot name an output folder (letters, "
+                                    "digits, '.', '_', '-')")
+            if value in typed:
+                raise PipelineError(f"{where}.{name} lists {value!r} twice")
+            typed.append(value)
+        out[name] = typed
+    return out
+
+
+def declared_inputs(nb: NotebookInfo, parameters: Mapping[str, Any],
+                    specs: Mapping[str, dict] | None = None) -> list[str]:
+    """The notebook's declared input patterns with ``{name}`` replaced by parameter values.
+
+    A parameter not in ``parameters`` takes the default of the notebook's parameters cell.
+
+    Raises
+    ------
+    PipelineError
+        When a pattern names a parameter the notebook does not declare.
+    """
+    patterns = _nb_metadata(nb).get("inputs", [])
+    if isinstance(patterns, str) or not isinstance(patterns, list):
+        raise PipelineError(f"{nb.path.name}: metadata mags.inputs must be a list of glob patterns, "
+                            f"got {patterns!r}")
+    if any(_FIELD_RE.search(str(p)) for p in patterns) and specs is None:
+        specs = inspect_parameters(nb.path)
+    values = {}
+    for name, spec in (specs or {}).items():
+        try:
+            values[name] = str(ast.literal_eval(spec.get("default", "")))
+        except (ValueError, SyntaxError):
+            values[name] = str(spec.get("default", ""))
+    values.update({k: str(v) for k, v in parameters.items()})
+    out = []
+    for pattern in map(str, patterns):
+        unknown = [f for f in _FIELD_RE.findall(pattern) if f not in values]
+        if unknown:
+            raise PipelineError(f"{nb.path.name}: input pattern {pattern!r} names {{{unknown[0]}}}, "
+                                "which is not a parameter of the notebook")
+        out.append(_FIELD_RE.sub(lambda m: values[m[1]], pattern))
+    return out
 
 
 def _sha256_file(path: Path, h: Any) -> None:
@@ -430,12 +573,85 @@ def _sha256_file(path: Path, h: Any) -> None:
             h.update(block)
 
 
+def library_files(library_dir: Path | str | None = None) -> dict[str, str]:
+    """SHA-256 of every file of the library, byte code excluded: ``{relative posix path: hex}``.
+
+    Parameters
+    ----------
+    library_dir : path, optional
+        Defaults to :data:`LIBRARY_DIR`.
+    """
+    base = Path(library_dir) if library_dir is not None else LIBRARY_DIR
+    if not base.is_dir():
+        raise PipelineError(f"library folder {base} does not exist")
+    out = {}
+    for path in sorted(p for p in base.rglob("*") if p.is_file()):
+        rel = path.relative_to(base)
+        if "__pycache__" in rel.parts or path.suffix in (".pyc", ".pyo"):
+            continue
+        h = hashlib.sha256()
+        _sha256_file(path, h)
+        out[rel.as_posix()] = h.hexdigest()
+    return out
+
+
+def library_digest(files: Mapping[str, str], imported: Sequence[str] | None = None) -> str:
+    """Content hash of the library as one notebook run uses it.
+
+    Covers the modules the run imported and every file that is not Python source (data a module
+    may read). A module that no longer exists hashes as missing.
+
+    Why per notebook, and why traced at run time: a change to a module used only by late notebooks
+    (the game, the report) should not re-run hours of training. The chained upstream hashes already
+    re-run everything after the first notebook whose modules changed. The modules come from the
+    kernel's own ``sys.modules`` after each cell, not from reading the notebook's imports: the
+    library imports much inside functions, and picks backends and reward functions by name, which
+    no reading of the source would follow; a dependency missed would serve stale results. A
+    notebook that runs library code in another process declares those files as inputs.
+
+    Parameters
+    ----------
+    files : mapping
+        :func:`library_files`.
+    imported : sequence of str, optional
+        Relative paths of the modules the run imported; ``None`` means every module (a run not
+        traced yet).
+
+    Returns
+    -------
+    str
+        Hex SHA-256.
+    """
+    chosen = set(files) if imported is None else set(imported) | {
+        f for f in files if not f.endswith(".py")}
+    h = hashlib.sha256()
+    for rel in sorted(chosen):
+        h.update(f"{rel}:{files.get(rel, 'missing')}\0".encode())
+    return h.hexdigest()
+
+
 def input_hash(nb: NotebookInfo, parameters: Mapping[str, Any], *, upstream: Sequence[str] = (),
-               root: Path | None = None) -> str:
-    """Content hash deciding whether a finished notebook can be skipped.
+               root: Path | None = None, library: str | None = None,
+               specs: Mapping[str, dict] | None = None) -> str:
+    """Content hash deciding whether a finished notebook run can be skipped.
 
     Covers the cell types and sources (not outputs, ids or execution counts), the parameters,
-    the files matched by the notebook's declared inputs and the upstream hashes.
+    the library's source, the files matched by the notebook's declared inputs and the upstream
+    hashes.
+
+    Parameters
+    ----------
+    nb : NotebookInfo
+    parameters : mapping
+        The values the run receives.
+    upstream : sequence of str
+        Input hashes of the earlier notebooks.
+    root : path, optional
+        Project root the input patterns are relative to.
+    library : str, optional
+        :func:`library_digest` of the run (default: of the whole library).
+    specs : mapping, optional
+        ``inspect_parameters(nb.path)`` (read when an input pattern needs a default).
 
     Returns
     -------
@@ -450,10 +666,8 @@ def input_hash(nb: NotebookInfo, parameters: Mapping[str, Any], *, upstream: Seq
     for cell in doc.cells:
         h.update(cell.cell_type.encode() + b"\0" + cell.source.encode() + b"\0")
     h.update(json.dumps(dict(parameters), sort_keys=True, default=str).encode())
-    declared = doc.metadata.get("mags", {}).get("inputs", [])
-    run_tag = str(parameters.get("run_tag", ""))
-    for pattern in declared:
-        pattern = str(pattern).replace("{run_tag}", run_tag)
+    h.update(f"library:{library if library is not None else library_digest(library_files())}\0".encode())
+    for pattern in declared_inputs(nb, parameters, specs):
         matches = sorted(glob.glob(str(root / pattern), recursive=True))
         files = [Path(m) for m in matches if Path(m).is_file()]
         for m in matches:
@@ -466,6 +680,11 @@ def input_hash(nb: NotebookInfo, parameters: Mapping[str, Any], *, upstream: Seq
     for up in upstream:
         h.update(f"upstream:{up}\0".encode())
     return h.hexdigest()
+
+
+# --------------------------------------------------------------------------------------------
+# state, memory, failures
+# --------------------------------------------------------------------------------------------
 
 
 def _now() -> str:
@@ -578,6 +797,31 @@ def _last_started_cell(executed_nb: Path) -> tuple[int | None, str]:
 # running
 # --------------------------------------------------------------------------------------------
 
+BATCH_ENV = {"TQDM_MININTERVAL": "1"}
+"""Extra environment of the batch kernels: text progress bars redrawn at most once a second."""
+
+# Run in every batch kernel before the first cell: tqdm.auto picks ipywidgets bars inside a kernel,
+# which reach neither the runner's output nor a log file; the text bar writes to stderr, which the
+# runner relays (and which the executed copy keeps, with its final state).
+_KERNEL_TQDM = ("import tqdm.auto, tqdm.autonotebook, tqdm.std; "
+                "tqdm.auto.tqdm = tqdm.autonotebook.tqdm = tqdm.std.tqdm; "
+                "tqdm.auto.trange = tqdm.autonotebook.trange = tqdm.std.trange")
+# ... and, after every cell, the library modules imported so far, into a file the runner reads
+_KERNEL_TRACE = """def _mags_install(library, out):
+    import os, sys
+    library = os.path.realpath(library) + os.sep
+    def trace(*_):
+        files = set()
+        for module in list(sys.modules.values()):
+            f = getattr(module, "__file__", None)
+            if f and os.path.realpath(f).startswith(library):
+                files.add(os.path.relpath(os.path.realpath(f), library).replace(os.sep, "/"))
+        with open(out, "w") as fh:
+            fh.write("\\n".join(sorted(files)))
+    get_ipython().events.register("post_run_cell", trace)
+_mags_install({library!r}, {out!r})
+del _mags_install"""
+
 
 def _check_run_tag(run_tag: str) -> None:
     if not _RUN_TAG_RE.match(run_tag) or run_tag in (".", ".."):
@@ -593,6 +837,7 @@ def _kernel_env(results_root: Path):
     """Environment the kernels inherit while the pipeline runs; restored afterwards."""
     saved = dict(os.environ)
     os.environ.update(OFFLINE_ENV)
+    os.environ.update(BATCH_ENV)
     os.environ[RESULTS_ROOT_ENV] = str(results_root)
     # The kernelspec "python3" may say just "python": make that this interpreter's environment.
     bin_dir = str(Path(sys.executable).parent)
@@ -604,6 +849,132 @@ def _kernel_env(results_root: Path):
     finally:
         os.environ.clear()
         os.environ.update(saved)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Job:
+    """One execution: a notebook, or one point of a matrix notebook."""
+
+    nb: NotebookInfo
+    key: str  # record key in pipeline.json: "NN_name", or "NN_name/<value>" for a matrix point
+    params: dict[str, Any]
+    point: dict[str, Any]  # the matrix values of this run ({} for an ordinary notebook)
+
+    def out_dir(self, run_dir: Path) -> Path:
+        return run_dir.joinpath(self.nb.name, *(str(v) for v in self.point.values()))
+
+
+def _expand(nb: NotebookInfo, matrix: Mapping[str, list], params: Mapping[str, Any],
+            given: Mapping[str, Any]) -> list[_Job]:
+    """The runs of one notebook: one, or one per matrix point (narrowed by values given with -p)."""
+    if not matrix:
+        return [_Job(nb, nb.name, dict(params), {})]
+    axes = {}
+    for name, values in matrix.items():
+        if name in given:
+            value = params[name]
+            if value not in values:
+                raise ParameterError(
+                    f"-p {name}={given[name]} narrows the matrix of {nb.name}, whose {name} values are "
+                    f"{' | '.join(map(str, values))}; give one of them, or leave {name} out to run all")
+            values = [value]
+        axes[name] = values
+    jobs = []
+    for combo in itertools.product(*axes.values()):
+        point = dict(zip(axes, combo))
+        key = "/".join([nb.name, *(str(v) for v in combo)])
+        jobs.append(_Job(nb, key, {**params, **point}, point))
+    return jobs
+
+
+class _Relay:
+    """Writes the kernel's stdout and stderr into the runner's log, indented, as they arrive.
+
+    Indents after every newline and carriage return, so a tqdm bar redrawn with ``\\r`` stays
+    indented too; when output switches between stdout and stderr in the middle of a line (a bar
+    not yet closed), a newline keeps the two apart.
+    """
+
+    def __init__(self, log: Any, prefix: str = "    | "):
+        self._log = log
+        self._prefix = prefix
+        self._at_start = True
+        self._last: str | None = None
+
+    def stream(self, name: str) -> _RelayStream:
+        """The file-like object papermill writes one of the kernel's streams to."""
+        return _RelayStream(self, name)
+
+    def write(self, name: str, text: str) -> None:
+        out = []
+        if name != self._last and not self._at_start:
+            out.append("\n")
+            self._at_start = True
+        self._last = name
+        for piece in re.split(r"([\r\n])", text):
+            if not piece:
+                continue
+            if piece in "\r\n":
+                out.append(piece)
+                self._at_start = True
+                continue
+            if self._at_start:
+                out.append(self._prefix)
+                self._at_start = False
+            out.append(piece)
+        self._log.write("".join(out))
+
+    def end_line(self) -> None:
+        """Finish a line left open (a bar the kernel never closed)."""
+        if not self._at_start:
+            self._log.write("\n")
+            self._at_start = True
+
+
+class _RelayStream(io.TextIOBase):
+    def __init__(self, relay: _Relay, name: str):
+        self._relay, self._name = relay, name
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, text: str) -> int:
+        self._relay.write(self._name, text)
+        return len(text)
+
+    def flush(self) -> None:
+        self._relay._log.flush()
+
+
+def _cell_announcer(job: _Job, say: Any) -> Any:
+    """``on_cell_execute`` hook for nbclient: one line per code cell as it starts."""
+    import nbformat
+
+    cells = nbformat.read(str(job.nb.path), as_version=4).cells
+    pidx = next((i for i, c in enumerate(cells) if "parameters" in c.metadata.get("tags", [])), None)
+    code = [i for i, c in enumerate(cells) if c.cell_type == "code" and c.source.strip()]
+
+    def hook(cell: Any, cell_index: int, **_: Any) -> None:
+        if "injected-parameters" in cell.metadata.get("tags", []):
+            return
+        index = cell_index - 1 if pidx is not None and cell_index > pidx else cell_index
+        first = next((ln for ln in cell.source.splitlines() if ln.strip()), "").strip()
+        pos = f"{code.index(index) + 1}/{len(code)}" if index in code else "?"
+        say(f"  {job.key}: code cell {pos} (cell {index}) {first[:90]}")
+
+    return hook
+
+
+def _trust(path: Path) -> str | None:
+    """Sign an executed copy with the user's notary (``jupyter trust``); the problem, if any."""
+    try:
+        import nbformat
+        from nbformat.sign import NotebookNotary
+
+        NotebookNotary().sign(nbformat.read(str(path), as_version=4))
+    except Exception as exc:  # noqa: BLE001 - the results are kept; only JupyterLab's view suffers
+        return f"{type(exc).__name__}: {exc}"
+    return None
 
 
 def run_pipeline(
@@ -621,6 +992,8 @@ def run_pipeline(
     progress: bool = True,
     kernel_name: str = "python3",
     command: Sequence[str] | None = None,
+    log: Any = None,
+    library_dir: Path | str | None = None,
 ) -> dict:
     """Execute the selected notebooks in order; skip the ones already done with the same inputs.
 
@@ -634,7 +1007,7 @@ def run_pipeline(
         Passed to every notebook.
     params : mapping, optional
         Extra parameters, each passed to the notebooks that declare it (strings are parsed to the
-        declared type).
+        declared type). A value for a matrix parameter narrows the matrix to that value.
     start, stop, only :
         Selection, see :func:`select_notebooks`.
     force : bool
@@ -642,11 +1015,15 @@ def run_pipeline(
     results_root, notebooks_dir : path, optional
         Defaults: ``$MAGS_RESULTS`` or ``<root>/results``; ``<root>/notebooks``.
     progress : bool
-        Show tqdm bars (notebooks, and cells of the running notebook).
+        Print each code cell as it starts and relay the kernel's output (tqdm bars included).
     kernel_name : str
         Jupyter kernel to execute with.
     command : list of str, optional
         The command line, recorded in ``pipeline.json``.
+    log : text stream, optional
+        Where progress and status lines go (default ``sys.stderr``).
+    library_dir : path, optional
+        The library whose imported modules are traced and hashed (default :data:`LIBRARY_DIR`).
 
     Returns
     -------
@@ -656,7 +1033,7 @@ def run_pipeline(
     Raises
     ------
     ParameterError, PipelineError
-        Before anything runs, for a bad selection, parameter or run tag.
+        Before anything runs, for a bad selection, parameter, matrix, input pattern or run tag.
     NotebookFailed
         When a notebook raised; earlier notebooks' outputs and records are kept.
     """
@@ -679,6 +1056,13 @@ def run_pipeline(
     specs = {nb.name: inspect_parameters(nb.path) for nb in selected}
     per_nb = validate_parameters(specs, {"profile": profile, "run_tag": run_tag, "seed": seed,
                                          **params})
+    matrices = {nb.name: notebook_matrix(nb, specs.get(nb.name)) for nb in all_nbs}
+    jobs = [job for nb in selected
+            for job in _expand(nb, matrices[nb.name], per_nb[nb.name], params)]
+    for job in jobs:  # a bad input pattern is a usage error: report it before anything runs
+        declared_inputs(job.nb, job.params, specs[job.nb.name])
+    library_dir = Path(library_dir).resolve() if library_dir is not None else LIBRARY_DIR
+    library = library_files(library_dir)  # one snapshot of the sources, before anything runs
 
     run_dir = results_root / run_tag
     state_path = run_dir / _STATE_FILE
@@ -696,106 +1080,166 @@ def run_pipeline(
     _write_json_atomic(state_path, state)
 
     with _kernel_env(results_root):
-        _run_selected(selected, all_nbs, per_nb, state, state_path, run_dir, results_root,
-                      force=force, progress=progress, kernel_name=kernel_name)
+        _run_jobs(jobs, all_nbs, matrices, specs, state, state_path, run_dir, results_root,
+                  library, library_dir, force=force, progress=progress, kernel_name=kernel_name,
+                  log=log if log is not None else sys.stderr)
     return state
 
 
-def _run_selected(selected, all_nbs, per_nb, state, state_path, run_dir, results_root, *, force,
-                  progress, kernel_name) -> None:
-    """Execute (or skip) each selected notebook, recording it in ``state``; see run_pipeline."""
+def _upstream(nb: NotebookInfo, all_nbs: Sequence[NotebookInfo], matrices: Mapping[str, dict],
+              records: Mapping[str, dict]) -> list[str]:
+    """Input hashes of every run of every notebook before ``nb`` ("missing" for a run not made)."""
+    out = []
+    for o in all_nbs:
+        if not (o.nn < nb.nn or (o.nn == nb.nn and o.name < nb.name)):
+            continue
+        keys = ["/".join([o.name, *map(str, combo)])
+                for combo in itertools.product(*matrices[o.name].values())] if matrices[o.name] \
+            else [o.name]
+        out.extend(f"{k}={records.get(k, {}).get('input_hash', 'missing')}" for k in keys)
+    return out
+
+
+def _run_key(job: _Job, upstream: Sequence[str], specs: Mapping[str, dict], library: Mapping[str, str],
+             imported: Sequence[str] | None) -> str:
+    """The input hash of a run, given the library modules it imports (``None``: all of them)."""
+    return input_hash(job.nb, job.params, upstream=upstream, specs=specs,
+                      library=library_digest(library, imported))
+
+
+def _run_jobs(jobs, all_nbs, matrices, specs, state, state_path, run_dir, results_root, library,
+              library_dir, *, force, progress, kernel_name, log) -> None:
+    """Execute (or skip) each run, recording it in ``state``; see run_pipeline."""
     import papermill
     from papermill.exceptions import PapermillExecutionError
-    from tqdm.auto import tqdm
 
-    bar = tqdm(selected, desc=f"pipeline {state['run_tag']}", unit="nb", disable=not progress,
-               file=sys.stderr)
+    def say(line: str) -> None:
+        log.write(line + "\n")
+        log.flush()
+
     records: dict[str, dict] = state["notebooks"]
-    try:
-        for nb in bar:
-            bar.set_postfix_str(nb.name)
-            upstream = [records.get(o.name, {}).get("input_hash", "missing")
-                        for o in all_nbs if o.nn < nb.nn or (o.nn == nb.nn and o.name < nb.name)]
-            nb_params = per_nb[nb.name]
-            key = input_hash(nb, nb_params, upstream=upstream)
-            out_dir = run_dir / nb.name
-            out_nb = out_dir / f"{nb.name}.ipynb"
-            prev = records.get(nb.name, {})
-            if (not force and prev.get("status") == "done" and prev.get("input_hash") == key
-                    and out_nb.exists()):
-                bar.write(f"[skip] {nb.name}: done with the same parameters and inputs "
-                          f"({prev.get('wall_time_s')} s on {prev.get('finished_at')})")
-                continue
-            out_dir.mkdir(parents=True, exist_ok=True)
-            rec = {"status": "running", "parameters": nb_params, "input_hash": key,
-                   "started_at": _now(), "output": str(out_nb.relative_to(results_root))}
-            records[nb.name] = rec
+    for n, job in enumerate(jobs, 1):
+        nb = job.nb
+        upstream = _upstream(nb, all_nbs, matrices, records)
+        key_for = functools.partial(_run_key, job, upstream, specs[nb.name], library)
+        out_dir = job.out_dir(run_dir)
+        out_nb = out_dir / f"{nb.name}.ipynb"
+        prev = records.get(job.key, {})
+        # the modules this run imported last time decide whether it is up to date
+        if (not force and prev.get("status") == "done" and "library_modules" in prev
+                and prev.get("input_hash") == key_for(prev["library_modules"]) and out_nb.exists()):
+            say(f"[skip {n}/{len(jobs)}] {job.key}: done with the same parameters and inputs "
+                f"({prev.get('wall_time_s')} s on {prev.get('finished_at')})")
+            continue
+        out_dir.mkdir(parents=True, exist_ok=True)
+        rec = {"status": "running", "notebook": nb.name, "parameters": job.params,
+               "input_hash": key_for(None), "started_at": _now(),
+               "output": str(out_nb.relative_to(results_root))}
+        if job.point:
+            rec["matrix"] = job.point
+        records[job.key] = rec
+        _write_json_atomic(state_path, state)
+        say(f"[run {n}/{len(jobs)}] {job.key} -> {out_dir}")
+        relay = _Relay(log) if progress else None
+        trace = out_dir / f".{nb.name}.imports.tmp"
+        trace.unlink(missing_ok=True)
+        t0 = time.perf_counter()
+        error: BaseException | None = None
+        with _PeakMemory() as mem:
+            try:
+                papermill.execute_notebook(
+                    str(nb.path), str(out_nb), parameters=job.params, kernel_name=kernel_name,
+                    progress_bar=False, cwd=str(nb.path.parent),
+                    stdout_file=relay.stream("stdout") if relay else None,
+                    stderr_file=relay.stream("stderr") if relay else None,
+                    on_cell_execute=_cell_announcer(job, say) if progress else None,
+                    # Quiet the kernel's own log: ipykernel 7 warns on every start that TCP is
+                    # unencrypted (it is loopback) and logs the interrupt jupyter_client sends at
+                    # shutdown. Cell errors are unaffected: they come back as outputs.
+                    extra_arguments=["--IPKernelApp.log_level=CRITICAL",
+                                     f"--IPKernelApp.exec_lines={_KERNEL_TQDM}",
+                                     "--IPKernelApp.exec_lines="
+                                     + _KERNEL_TRACE.format(library=str(library_dir), out=str(trace))],
+                )
+            except BaseException as exc:  # noqa: BLE001 - recorded, then re-raised below
+                error = exc
+        if relay is not None:
+            relay.end_line()
+        rec.update(wall_time_s=round(time.perf_counter() - t0, 2), peak_mem_mb=mem.peak_mb,
+                   finished_at=_now())
+        if out_nb.exists():
+            problem = _trust(out_nb)
+            if problem:
+                say(f"  note: could not mark {out_nb.name} trusted ({problem}); JupyterLab hides its "
+                    f"interactive pictures until you run: jupyter trust {out_nb}")
+        imported = trace.read_text().splitlines() if trace.exists() else None
+        trace.unlink(missing_ok=True)
+        if error is None:
+            rec["status"] = "done"
+            rec.pop("error", None)
+            if imported is not None:
+                rec.update(library_modules=imported, input_hash=key_for(imported))
+            else:
+                say(f"  note: the kernel did not report the library modules it imported; {job.key} "
+                    "will run again next time")
             _write_json_atomic(state_path, state)
-            t0 = time.perf_counter()
-            error: BaseException | None = None
-            with _PeakMemory() as mem:
-                try:
-                    papermill.execute_notebook(
-                        str(nb.path), str(out_nb), parameters=nb_params, kernel_name=kernel_name,
-                        progress_bar=progress, cwd=str(nb.path.parent),
-                        # Quiet the kernel's own log: ipykernel 7 warns on every start that TCP is
-                        # unencrypted (it is loopback) and logs the interrupt jupyter_client sends at
-                        # shutdown. Cell errors are unaffected: they come back as outputs.
-                        extra_arguments=["--IPKernelApp.log_level=CRITICAL"],
-                    )
-                except BaseException as exc:  # noqa: BLE001 - recorded, then re-raised below
-                    error = exc
-            rec.update(wall_time_s=round(time.perf_counter() - t0, 2), peak_mem_mb=mem.peak_mb,
-                       finished_at=_now())
-            if error is None:
-                rec["status"] = "done"
-                rec.pop("error", None)
-                _write_json_atomic(state_path, state)
-                bar.write(f"[done] {nb.name}: {rec['wall_time_s']} s, kernel peak "
-                          f"{rec['peak_mem_mb']} MB -> {out_nb}")
-                continue
-            if isinstance(error, KeyboardInterrupt):
-                rec["status"] = "interrupted"
-                _write_json_atomic(state_path, state)
-                raise error
-            if isinstance(error, PapermillExecutionError):
-                cell, first = _failing_cell(error, nb.path)
-                rec["error"] = {"cell_index": cell, "exec_count": error.exec_count,
-                                "first_line": first, "ename": error.ename, "evalue": error.evalue}
-                msg = (f"notebook {nb.path.name} failed in cell {cell} (0-based, markdown cells "
-                       f"counted; In [{error.exec_count}] in the executed copy), which starts with:\n"
-                       f"    {first}\n  {error.ename}: {error.evalue}")
-            else:  # the kernel died (killed for memory, a crash in native code), a timeout...
-                cell, first = _last_started_cell(out_nb)
-                rec["error"] = {"cell_index": cell, "first_line": first,
-                                "ename": type(error).__name__, "evalue": str(error)}
-                where = (f" while running cell {cell} (0-based, markdown cells counted), which "
-                         f"starts with:\n    {first}" if cell is not None else ":")
-                msg = (f"notebook {nb.path.name} could not be executed{where}\n"
-                       f"  {type(error).__name__}: {error}")
-            rec["status"] = "failed"
+            say(f"[done {n}/{len(jobs)}] {job.key}: {rec['wall_time_s']} s, kernel peak "
+                f"{rec['peak_mem_mb']} MB -> {out_nb}")
+            continue
+        if isinstance(error, KeyboardInterrupt):
+            rec["status"] = "interrupted"
             _write_json_atomic(state_path, state)
-            done = [n for n, r in records.items() if r.get("status") == "done"]
-            msg += (f"\n  executed copy (outputs up to the failure): {out_nb}"
-                    f"\n  kept: {', '.join(done) if done else 'nothing finished'}"
-                    f"\n  state: {state_path}")
-            raise NotebookFailed(msg, rec) from error
+            raise error
+        label = nb.path.name + (f" ({', '.join(f'{k}={v}' for k, v in job.point.items())})"
+                                if job.point else "")
+        if isinstance(error, PapermillExecutionError):
+            cell, first = _failing_cell(error, nb.path)
+            rec["error"] = {"cell_index": cell, "exec_count": error.exec_count,
+                            "first_line": first, "ename": error.ename, "evalue": error.evalue}
+            msg = (f"notebook {label} failed in cell {cell} (0-based, markdown cells "
+                   f"counted; In [{error.exec_count}] in the executed copy), which starts with:\n"
+                   f"    {first}\n  {error.ename}: {error.evalue}")
+        else:  # the kernel died (killed for memory, a crash in native code), a timeout...
+            cell, first = _last_started_cell(out_nb)
+            rec["error"] = {"cell_index": cell, "first_line": first,
+                            "ename": type(error).__name__, "evalue": str(error)}
+            where = (f" while running cell {cell} (0-based, markdown cells counted), which "
+                     f"starts with:\n    {first}" if cell is not None else ":")
+            msg = (f"notebook {label} could not be executed{where}\n"
+                   f"  {type(error).__name__}: {error}")
+        rec["status"] = "failed"
+        _write_json_atomic(state_path, state)
+        done = [k for k, r in records.items() if r.get("status") == "done"]
+        msg += (f"\n  executed copy (outputs up to the failure): {out_nb}"
+                f"\n  kept: {', '.join(done) if done else 'nothing finished'}"
+                f"\n  state: {state_path}")
+        raise NotebookFailed(msg, rec) from error
 
-    finally:
-        bar.close()
 
 # --------------------------------------------------------------------------------------------
 # command line
 # --------------------------------------------------------------------------------------------
 
 
-def _parse_kv(items: Sequence[str]) -> dict[str, str]:
-    out = {}
+def _parse_kv(items: Sequence[Sequence[str] | str]) -> dict[str, str]:
+    """``-p`` values: ``["k=v"]`` or papermill's ``["k", "v"]`` each; a name given twice is an error."""
+    out: dict[str, str] = {}
     for item in items:
-        key, sep, value = item.partition("=")
-        if not sep or not key.strip():
-            raise ParameterError(f"-p expects key=value, got {item!r}")
-        out[key.strip()] = value
+        words = [item] if isinstance(item, str) else list(item)
+        if len(words) == 1 and "=" in words[0]:
+            key, _, value = words[0].partition("=")
+        elif len(words) == 2 and "=" not in words[0]:
+            key, value = words
+        else:
+            raise ParameterError(f"-p expects name=value or name value (papermill's form), got "
+                                 f"{' '.join(words)!r}")
+        key = key.strip()
+        if not key:
+            raise ParameterError(f"-p {' '.join(words)!r}: the parameter name is empty")
+        if key in out:
+            raise ParameterError(f"parameter {key!r} is given twice (-p {key}={out[key]} and "
+                                 f"-p {key}={value}); give it once")
+        out[key] = value
     return out
 
 
@@ -804,27 +1248,42 @@ def _build_parser() -> argparse.ArgumentParser:
         prog="python -m mags_lib.pipeline",
         description="Run the numbered notebooks with papermill into results/<run_tag>/.",
         epilog="Examples: --profile smoke | --profile default --from 40 --to 60 | "
-               "--only 10,40 -p n_episodes=50 | --list",
+               "--only 10,40 -p n_episodes=50 | --only 20 -p role ask | --list",
     )
     p.add_argument("--profile", choices=PROFILES, default="default")
     p.add_argument("--run-tag", default=None,
                    help="output folder under the results root (default: the profile name)")
     p.add_argument("--seed", default="0", help="seed passed to every notebook (default 0)")
     p.add_argument("--only", default=None,
-                     help="comma-separated notebook numbers or names, e.g. 10,40")
+                   help="comma-separated notebook numbers or names, e.g. 10,40")
     p.add_argument("--from", dest="start", default=None, help="first notebook (number or name)")
     p.add_argument("--to", dest="stop", default=None, help="last notebook (number or name)")
-    p.add_argument("-p", "--param", action="append", default=[], metavar="KEY=VALUE",
-                   help="extra parameter, repeatable; passed to the notebooks that declare it")
+    p.add_argument("-p", "--param", "--parameters", action="append", default=[], nargs="+",
+                   metavar="NAME=VALUE",
+                   help="extra parameter, repeatable: -p name=value or papermill's -p name value; "
+                        "passed to the notebooks that declare it (a matrix parameter narrows the "
+                        "matrix to that value)")
     p.add_argument("--force", action="store_true",
                    help="re-run selected notebooks even when already done with the same inputs")
     p.add_argument("--results-root", default=None,
                    help=f"results folder (default: ${RESULTS_ROOT_ENV} or <project>/results)")
     p.add_argument("--notebooks-dir", default=None, help="notebook folder (default: <project>/notebooks)")
     p.add_argument("--list", action="store_true",
-                   help="list the selected notebooks and their parameters, run nothing")
-    p.add_argument("--no-progress", action="store_true", help="no progress bars")
+                   help="list the selected notebooks, their matrices and parameters, run nothing")
+    p.add_argument("--no-progress", action="store_true",
+                   help="do not print cells as they start nor relay the kernels' output")
     return p
+
+
+def _describe_notebooks(nbs: Sequence[NotebookInfo], specs: Mapping[str, dict]) -> str:
+    """One line per notebook, with its matrix when it has one."""
+    lines = []
+    for nb in nbs:
+        matrix = notebook_matrix(nb, specs[nb.name])
+        runs = " x ".join(f"{k} = {' | '.join(map(str, v))}" for k, v in matrix.items())
+        lines.append(f"  {nb.name}" + (f"  [matrix: {runs}; one run each, -p {next(iter(matrix))}=... "
+                                        "narrows it]" if matrix else ""))
+    return "\n".join(lines)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -836,7 +1295,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             nbs = select_notebooks(discover_notebooks(args.notebooks_dir), start=args.start,
                                    stop=args.stop, only=only)
             specs = {nb.name: inspect_parameters(nb.path) for nb in nbs}
-            print("notebooks:\n" + "\n".join(f"  {nb.name}" for nb in nbs))
+            print("notebooks:\n" + _describe_notebooks(nbs, specs))
             print("parameters (type = default  # help  [notebooks]):\n" + _describe(specs))
             return 0
         state = run_pipeline(
@@ -860,7 +1319,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"\nrun tag {state['run_tag']} ({state['profile']}): "
           f"{Path(state['results_root']) / state['run_tag'] / _STATE_FILE}")
     for name, status, wall, mem in rows:
-        print(f"  {name:<28} {status:<8} {wall!s:>9} s  {mem!s:>8} MB")
+        print(f"  {name:<32} {status:<8} {wall!s:>9} s  {mem!s:>8} MB")
     return 0
 
 

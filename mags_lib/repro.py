@@ -52,10 +52,14 @@ def make_rng(seed: int | None) -> np.random.Generator:
 
 
 def run_dir(run_tag: str, stage: str, root: Path | str | None = None) -> Path:
-    """``<root>/results/<run_tag>/<stage>/``, created. ``$MAGS_RESULTS`` overrides the results root."""
-    for label, value in (("run_tag", run_tag), ("stage", stage)):
-        if not value or "/" in value or value in (".", ".."):
-            raise ValueError(f"{label} must be a plain folder name, got {value!r}")
+    """``<root>/results/<run_tag>/<stage>/``, created. ``$MAGS_RESULTS`` overrides the results root.
+
+    ``stage`` may have sub-folders, ``"20_train_ask_write/ask"`` (one run of a matrix notebook).
+    """
+    if not run_tag or "/" in run_tag or "\\" in run_tag or run_tag in (".", ".."):
+        raise ValueError(f"run_tag must be a plain folder name, got {run_tag!r}")
+    if any(not p or p in (".", "..") or "\\" in p for p in str(stage).split("/")):
+        raise ValueError(f"stage must be a plain folder name or several joined by '/', got {stage!r}")
     if root is not None:
         base = Path(root)
     elif os.environ.get("MAGS_RESULTS"):

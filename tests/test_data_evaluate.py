@@ -11,14 +11,16 @@ from mags_lib.evaluate import EvalConfig, evaluate_sets, sample_rows
 
 
 class EchoBackend:
-    """Answers the gold response for even-numbered prompts and chatter for the others."""
+    """Answers the gold response, with chatter in front for the inputs in ``chatty`` unless decoding
+    is constrained by a grammar (which, like a real one, forces the format)."""
 
     name = "fake"
     supports_grammar = True
     model_path = "fake-model"
 
-    def __init__(self, gold_by_input):
+    def __init__(self, gold_by_input, chatty=()):
         self.gold = gold_by_input
+        self.chatty = set(chatty)
         self.calls = []
 
     def generate(self, prompts, *, max_new_tokens=64, temperature=0.0, grammar=None, stop=None, seed=None):
@@ -26,7 +28,7 @@ class EchoBackend:
         out = []
         for p in prompts:
             text = p[-1]["content"]
-            good = len(self.calls) % 2 == 1 or grammar is not None
+            good = grammar is not None or text not in self.chatty
             out.append(Generation(self.gold[text] if good else "I think " + self.gold[text], 10, 5, 0.1))
         return out
 
@@ -47,19 +49,24 @@ def _rows(role, n):
 def test_evaluate_sets_writes_table_and_uses_grammar(tmp_path):
     sets = {"gen_ask": _rows("ask", 6), "gen_write": _rows("write", 6)}
     gold = {r["input"]: r["response"] for rows in sets.values() for r in rows}
-    be = EchoBackend(gold)
+    # chatty: inputs 1 and 3 of each set, both of kind "single" (odd rows), spread over two batches
+    be = EchoBackend(gold, chatty={f"input {role} {i}" for role in ("ask", "write") for i in (1, 3)})
     df = evaluate_sets(sets, tmp_path, EvalConfig(n_per_set=0, embedder="hash", batch_size=3, few_shot=2),
                        backend=be, progress=False)
     assert list(df["mode"]) == ["free", "grammar", "free", "grammar"]
     grammar_rows = df[df["mode"] == "grammar"]
     assert (grammar_rows["adherence"] == 1.0).all() and (grammar_rows["exact_f1"] == 1.0).all()
     free = df[df["mode"] == "free"]
-    assert (free["adherence"] == 0.5).all()  # every second batch of 3 was chatty
+    assert list(free["adherence"]) == [4 / 6, 4 / 6]  # the 2 chatty outputs of 6 per set do not adhere
     assert {c["grammar"] for c in be.calls} == {None, protocol.GRAMMARS["ask"], protocol.GRAMMARS["write"]}
     assert all(c["temperature"] == 0.0 for c in be.calls)
     for f in ("table.csv", "by_kind.csv", "metrics.json", "predictions_gen_ask_free.jsonl"):
         assert (tmp_path / f).exists()
-    assert len(pd.read_csv(tmp_path / "by_kind.csv")) == 8
+    by_kind = pd.read_csv(tmp_path / "by_kind.csv")
+    assert len(by_kind) == 8
+    free_kinds = by_kind[by_kind["mode"] == "free"].set_index(["set", "kind"])["adherence"]
+    assert free_kinds.to_dict() == {("gen_ask", "multi"): 1.0, ("gen_ask", "single"): 1 / 3,
+                                    ("gen_write", "multi"): 1.0, ("gen_write", "single"): 1 / 3}
     lines = (tmp_path / "predictions_gen_write_grammar.jsonl").read_text().splitlines()
     assert json.loads(lines[0])["cache_key"] and len(lines) == 7
 

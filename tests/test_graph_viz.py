@@ -1,25 +1,17 @@
 """Pictures: offline pyvis HTML (checked in headless Chromium), matplotlib figures, the explorer."""
 
 import html
-import json
 import re
-import shutil
-import socket
-import subprocess
-from pathlib import Path
 
 import matplotlib
 
 matplotlib.use("Agg")
 import numpy as np
 import pytest
+from cdp_browser import CHROMIUM, SKIP_REASON, Chromium, picture_probe
 
 from mags_lib.embed import HashEmbedder
 from mags_lib.graph import LiquidGraph, viz
-
-CHROMIUM = shutil.which("chromium") or ("/usr/bin/chromium" if Path("/usr/bin/chromium").exists() else None)
-# requests Chromium makes on its own (component updates, account checks), never caused by the page
-BROWSER_SERVICE_HOSTS = ("google.com", "googleapis.com", "gstatic.com", "gvt1.com", "googleusercontent.com")
 
 
 @pytest.fixture(scope="module")
@@ -37,7 +29,8 @@ def story():
 def test_html_is_offline_and_carries_the_graph(story):
     g, res = story
     page = viz.to_html(g, res, title="blorps")
-    assert viz.find_external_urls(page) == []
+    assert viz.linked_resources(page) == []  # no CDN, no local file: everything inlined
+    assert "<link" not in page and "bootstrap" not in page.lower()
     assert "new vis.Network" in page and "blorps" in page and "frozen lemons" in page
     assert viz.COLORS["anchor"] in page and viz.COLORS["trace_edge"] in page  # trace highlighted
     assert "cdn.jsdelivr" not in page and "cdnjs" not in page
@@ -92,43 +85,18 @@ def test_explorer_redraws_on_slider_change(story):
     plt.close("all")
 
 
-def _closed_port() -> int:
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()  # nothing listens there now: any proxied request fails locally
-    return port
-
-
-@pytest.mark.skipif(CHROMIUM is None, reason="Debian package `chromium` is not installed "
-                                             "(apt-get install -y chromium) -- headless browser check skipped")
+@pytest.mark.skipif(CHROMIUM is None, reason=SKIP_REASON)
 def test_exported_picture_draws_in_headless_chromium_without_network(story, tmp_path):
     g, res = story
     page = viz.to_html(g, res, title="headless check")
-    # report what the page itself loaded (Resource Timing) into the DOM once it has drawn
-    probe = ("<script>window.addEventListener('load', function(){setTimeout(function(){"
-             "var r = performance.getEntriesByType('resource').map(function(e){return e.name;});"
-             "var c = document.querySelectorAll('#mynetwork canvas').length;"
-             "var d = document.createElement('pre'); d.id='probe';"
-             "d.textContent = JSON.stringify({resources: r, canvases: c});"
-             "document.body.appendChild(d);}, 500);});</script></body>")
+    n_nodes = len(viz.select_nodes(g, res))
     path = tmp_path / "graph.html"
-    path.write_text(page.replace("</body>", probe, 1), encoding="utf-8")
-    netlog = tmp_path / "net.json"
-    cmd = [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-           "--disable-background-networking", "--disable-component-update", "--disable-sync",
-           f"--user-data-dir={tmp_path / 'profile'}", f"--proxy-server=http://127.0.0.1:{_closed_port()}",
-           f"--log-net-log={netlog}", "--virtual-time-budget=8000", "--dump-dom", path.as_uri()]
-    out = subprocess.run(cmd, capture_output=True, text=True, timeout=120, check=False)
-    dom = out.stdout
-    assert "<canvas" in dom, out.stderr[-2000:]
-    probe_json = json.loads(html.unescape(re.search(r'<pre id="probe">(.*?)</pre>', dom, re.DOTALL).group(1)))
-    assert probe_json["canvases"] >= 1
-    assert [u for u in probe_json["resources"] if not u.startswith(("file:", "data:", "blob:"))] == []
-    # and the browser's own network log holds no request caused by the page
-    urls = set(re.findall(r'"url":"([^"]+)"', netlog.read_text(errors="replace"))) if netlog.exists() else set()
-    from urllib.parse import urlparse
-
-    page_requests = [u for u in urls if u.startswith(("http:", "https:", "ws:", "wss:"))
-                     and not urlparse(u).hostname.endswith(BROWSER_SERVICE_HOSTS)]
-    assert page_requests == []
+    path.write_text(page, encoding="utf-8")
+    probe = picture_probe([viz.COLORS[k] for k in ("episodic", "working", "long_term", "anchor", "faded")])
+    with Chromium(tmp_path / "profile") as browser:
+        browser.open(path.as_uri())
+        drawn = browser.wait_for(f"(() => {{ const r = {probe}; return r && r.positioned === {n_nodes} "
+                                 f"&& r.node_coloured >= 50 * {n_nodes} ? r : null; }})()", what="nodes drawn")
+        assert drawn["nodes"] == n_nodes > 0
+        # the page asked nothing of any other machine (the proxy would have refused it anyway)
+        assert [u for u in browser.requested_urls() if not u.startswith(("file:", "data:", "blob:"))] == []

@@ -1,18 +1,28 @@
-"""Every committed notebook is clean and follows the conventions; the smoke profile runs them all."""
+"""Every committed notebook is clean and follows the conventions; the smoke profile runs them all, and\ntheir inline graph pictures draw when the executed copies are opened in JupyterLab."""
 
 from __future__ import annotations
 
 import ast
+import contextlib
+import html
+import itertools
 import json
 import os
+import re
+import secrets
 import subprocess
 import sys
+import time
+import urllib.request
+from dataclasses import dataclass
 from pathlib import Path
 
 import nbformat
 import pytest
+from cdp_browser import CHROMIUM, SKIP_REASON, CDPError, Chromium, free_port, picture_probe
 
 from mags_lib import pipeline
+from mags_lib.graph import viz
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
@@ -58,23 +68,170 @@ def test_notebook_follows_the_conventions(path):
     assert "write_meta(" in "".join(c.source for c in nb.cells), "outputs need a meta.json"
 
 
-@pytest.mark.slow
-def test_every_notebook_runs_in_the_smoke_profile(tmp_path):
-    """The whole sequence through the real command line, into a temporary results root."""
-    results = tmp_path / "results"
+def test_each_notebook_is_its_own_only_source():
+    """One source of truth per notebook: the .ipynb itself. No script under notebooks/ regenerates
+    a notebook (overwriting what was edited in JupyterLab), and no paired copy can drift from it."""
+    extra = [p.name for p in (ROOT / "notebooks").iterdir()
+             if not p.name.startswith(".") and not (p.is_file() and pipeline._NOTEBOOK_RE.match(p.name))]
+    assert not extra, f"notebooks/ holds more than NN_name.ipynb files: {extra}"
+
+
+# --- the whole sequence in the smoke profile, once per module -----------------------------------
+
+
+@dataclass
+class SmokeRun:
+    run_dir: Path  # results/<run tag>/
+    state: dict  # pipeline.json
+    env: dict  # the environment it ran in (JUPYTER_DATA_DIR holds the trust signatures)
+
+
+@pytest.fixture(scope="module")
+def smoke_run(tmp_path_factory) -> SmokeRun:
+    """The real command line over every notebook, smoke profile, into a temporary results root."""
+    tmp = tmp_path_factory.mktemp("smoke")
+    results = tmp / "results"
     cmd = [sys.executable, "-m", "mags_lib.pipeline", "--profile", "smoke", "--run-tag", "test-smoke",
-           "--results-root", str(results), "--no-progress"]
-    env = {**os.environ, "MAGS_RESULTS": str(results)}
+           "--results-root", str(results)]
+    env = {**os.environ, "MAGS_RESULTS": str(results), "JUPYTER_DATA_DIR": str(tmp / "jupyter-data")}
     proc = subprocess.run(cmd, check=False, cwd=ROOT, env=env, capture_output=True, text=True, timeout=3000)
-    state_file = results / "test-smoke" / "pipeline.json"
-    assert proc.returncode == 0, f"pipeline failed:\n{proc.stderr[-4000:]}"
-    state = json.loads(state_file.read_text())
+    assert proc.returncode == 0, f"pipeline failed:\n{proc.stderr[-6000:]}"
+    run_dir = results / "test-smoke"
+    return SmokeRun(run_dir, json.loads((run_dir / "pipeline.json").read_text()), env)
+
+
+def _runs(path: Path) -> list[tuple[str, Path]]:
+    """(record key, output folder) of every run the pipeline makes of a notebook (matrix points)."""
+    info = pipeline.NotebookInfo(path=path, nn=path.name[:2], name=path.stem)
+    matrix = pipeline.notebook_matrix(info)
+    combos = list(itertools.product(*matrix.values())) if matrix else [()]
+    return [("/".join([path.stem, *map(str, c)]), Path(path.stem, *map(str, c))) for c in combos]
+
+
+@pytest.mark.slow
+@pytest.mark.xdist_group("smoke_run")
+def test_every_notebook_runs_in_the_smoke_profile(smoke_run):
+    state = smoke_run.state
     assert state["profile"] == "smoke"
     for path in NOTEBOOKS:
-        rec = state["notebooks"].get(path.stem)
-        assert rec and rec["status"] == "done", f"{path.stem}: {rec}"
-        assert rec["parameters"]["profile"] == "smoke" and rec["parameters"]["run_tag"] == "test-smoke"
-        out = results / "test-smoke" / path.stem
-        assert (out / f"{path.stem}.ipynb").is_file()
-        meta = json.loads((out / "meta.json").read_text())
-        assert meta["seed"] == 0 and meta["params"]["profile"] == "smoke", path.stem
+        for key, folder in _runs(path):
+            rec = state["notebooks"].get(key)
+            assert rec and rec["status"] == "done", f"{key}: {rec}"
+            assert rec["parameters"]["profile"] == "smoke" and rec["parameters"]["run_tag"] == "test-smoke"
+            out = smoke_run.run_dir / folder
+            assert (out / f"{path.stem}.ipynb").is_file()
+            meta = json.loads((out / "meta.json").read_text())
+            assert meta["seed"] == 0 and meta["params"]["profile"] == "smoke", key
+
+
+# --- inline graph pictures, opened in JupyterLab in headless Chromium ---------------------------
+
+_PICTURE = re.compile(r'<iframe srcdoc="([^"]*)"')
+_NODES = re.compile(r"nodes = new vis\.DataSet\((\[.*?\])\);", re.DOTALL)
+# node colours of mags_lib.graph.viz (blocks, anchors, faded nodes of a trace view)
+NODE_COLOURS = [viz.COLORS[k] for k in ("episodic", "working", "long_term", "anchor", "faded")]
+
+
+def inline_pictures(path: Path) -> list[int]:
+    """Node count of each inline pyvis picture of an executed notebook, in output order."""
+    nb = nbformat.read(path, as_version=4)
+    counts = []
+    for cell in nb.cells:
+        for out in cell.get("outputs", []):
+            html_text = out.get("data", {}).get("text/html", "")
+            for srcdoc in _PICTURE.findall("".join(html_text)):
+                page = html.unescape(srcdoc)
+                if "new vis.Network" in page:
+                    counts.append(len(json.loads(_NODES.search(page).group(1))))
+    return counts
+
+
+@contextlib.contextmanager
+def jupyter_lab(root_dir: Path, env: dict, tmp: Path):
+    """``.venv/bin/jupyter lab`` (the README's command) serving ``root_dir``; yields (base url, token)."""
+    port, token = free_port(), secrets.token_hex(16)
+    env = {**env, "JUPYTER_CONFIG_DIR": str(tmp / "config"), "JUPYTER_RUNTIME_DIR": str(tmp / "runtime"),
+           "JUPYTERLAB_SETTINGS_DIR": str(tmp / "settings"), "JUPYTERLAB_WORKSPACES_DIR": str(tmp / "ws")}
+    cmd = [str(Path(sys.executable).parent / "jupyter"), "lab", "--no-browser", "--ServerApp.ip=127.0.0.1",
+           f"--ServerApp.port={port}", "--ServerApp.port_retries=0", f"--IdentityProvider.token={token}",
+           f"--ServerApp.root_dir={root_dir}"]
+    log_path = tmp / "lab.log"
+    with open(log_path, "w") as log:
+        server = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 180  # a bound for a server that never comes up, not a timing
+        while True:
+            if server.poll() is not None:
+                pytest.fail(f"jupyter lab exited ({server.returncode}); as root it needs the settings "
+                            f"scripts/setup_env.sh writes into .venv/etc/jupyter:\n{log_path.read_text()[-3000:]}")
+            try:
+                with urllib.request.urlopen(f"{base}/api/kernelspecs?token={token}", timeout=10) as r:
+                    specs = json.loads(r.read())
+                break
+            except OSError:
+                if time.monotonic() > deadline:
+                    pytest.fail(f"jupyter lab did not answer:\n{log_path.read_text()[-3000:]}")
+                time.sleep(0.5)
+        # the project's kernel: the default, and it runs this environment's interpreter
+        assert specs["default"] == "python3"
+        argv0 = specs["kernelspecs"]["python3"]["spec"]["argv"][0]
+        assert Path(argv0).resolve() == Path(sys.executable).resolve(), argv0
+        yield base, token
+    finally:
+        server.terminate()
+        try:
+            server.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            server.wait()
+
+
+def _picture_in_frame(browser: Chromium, selector: str, i: int, n_nodes: int) -> dict:
+    """Scroll picture ``i`` into view and wait until vis-network has drawn its nodes on the canvas."""
+    element = f"document.querySelectorAll({selector!r})[{i}]"
+    probe = picture_probe(NODE_COLOURS)
+    # done when every node has a position and the canvas shows node-coloured pixels, about as many
+    # as a few hundred per node at the default sizes: a blank or edges-only canvas never passes
+    done = f"(() => {{ const r = {probe}; return r && r.positioned === {n_nodes} && r.node_coloured >= 50 * {n_nodes} ? r : null; }})()"
+    last: Exception | None = None
+    deadline = time.monotonic() + 180
+    while time.monotonic() < deadline:
+        try:
+            browser.evaluate(f"{element}.scrollIntoView()")
+            context = browser.context_of(browser.frame_of(element), timeout=30)
+            return browser.wait_for(done, context=context, timeout=60, what=f"picture {i} drawn")
+        except CDPError as exc:  # JupyterLab re-rendered the output: find the frame again
+            last = exc
+    raise AssertionError(f"picture {i} never drew: {last}")
+
+
+@pytest.mark.slow
+@pytest.mark.xdist_group("smoke_run")
+@pytest.mark.skipif(CHROMIUM is None, reason=SKIP_REASON)
+def test_inline_graph_pictures_draw_in_jupyterlab(smoke_run, tmp_path):
+    """Every executed notebook with inline graph pictures, opened in JupyterLab as a user would
+    (the README's `jupyter lab`, offline): each picture's vis-network has placed every node and
+    painted them on its canvas."""
+    executed = sorted(p for p in smoke_run.run_dir.rglob("*.ipynb") if ".ipynb_checkpoints" not in p.parts)
+    pictures = {p: counts for p in executed if (counts := inline_pictures(p))}
+    stems = {p.stem for p in pictures}
+    for name in ("40_graph_dynamics", "50_game_evaluation"):  # the notebooks that draw the memory inline
+        if (ROOT / "notebooks" / f"{name}.ipynb").exists():
+            assert name in stems, f"{name} shows no inline graph picture"
+    selector = ".jp-OutputArea-output iframe"
+    with jupyter_lab(smoke_run.run_dir, smoke_run.env, tmp_path) as (base, token), \
+            Chromium(tmp_path / "chromium") as browser:
+        for path, counts in pictures.items():
+            rel = path.relative_to(smoke_run.run_dir).as_posix()
+            browser.open(f"{base}/lab/tree/{rel}?token={token}")
+            shown = browser.wait_for(
+                f"document.querySelectorAll({selector!r}).length === {len(counts)} && "
+                f"document.querySelector('.jp-NotebookPanel') !== null", what=f"{rel}: {len(counts)} pictures")
+            assert shown, rel
+            for i, n_nodes in enumerate(counts):
+                drawn = _picture_in_frame(browser, selector, i, n_nodes)
+                assert drawn["nodes"] == n_nodes > 0, (rel, i, drawn)
+        outside = [u for u in browser.requested_urls()
+                   if not u.startswith((base + "/", "data:", "blob:", "about:"))]
+        assert outside == [], f"the pages asked another machine for {outside[:5]}"

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import io
 import json
 import os
+import re
 import shutil
 import time
 from pathlib import Path
@@ -170,7 +172,9 @@ def test_cli_unknown_parameter_runs_nothing(tmp_path, capsys):
 
 
 @pytest.mark.parametrize("args,fragment", [
-    (["-p", "novalue"], "-p expects key=value"),
+    (["-p", "novalue"], "-p expects name=value or name value"),
+    (["-p", "a=1", "b"], "-p expects name=value or name value"),  # neither form: not guessed
+    (["-p", "n_items=1", "-p", "n_items", "2"], "'n_items' is given twice"),
     (["-p", "seed=3"], "pass seed with --seed"),
     (["--seed", "x"], "--seed: expected an integer"),
     (["--run-tag", "../up"], "must be a folder name"),
@@ -238,13 +242,23 @@ def test_resume_skips_what_is_done_and_reruns_what_changed(tmp_path, capsys):
     assert s1["notebooks"]["10_second"]["parameters"] == {**BASE, "run_tag": "smoke", "n_items": 4}
     assert "n_items" not in s1["notebooks"]["00_first"]["parameters"]
 
+    err = capsys.readouterr().err
+    assert "[done 2/2] 10_second" in err
+    assert "code cell" not in err and "before the failure" not in err  # --no-progress: status only
+    from nbformat.sign import NotebookNotary
+
+    for name in ("00_first", "10_second"):  # executed copies are trusted: JupyterLab renders them
+        executed = nbformat.read(tmp_path / f"results/smoke/{name}/{name}.ipynb", as_version=4)
+        assert NotebookNotary().check_signature(executed)
+    assert not NotebookNotary().check_signature(nbformat.read(NB_DIR / "10_second.ipynb", as_version=4))
+
     time.sleep(1.1)  # started_at has one-second resolution
     rc, s2 = run_cli(tmp_path, "--profile", "smoke", "-p", "n_items=4")
     assert rc == 0 and started(s2) == started(s1)  # same parameters and inputs: both skipped
-    assert capsys.readouterr().out.count("[skip]") == 2
+    assert capsys.readouterr().err.count("[skip ") == 2
 
     # a different value for 10 only re-runs 10; a change upstream (00) re-runs 00 and 10
-    rc, s3 = run_cli(tmp_path, "--profile", "smoke", "-p", "n_items=5")
+    rc, s3 = run_cli(tmp_path, "--profile", "smoke", "-p", "n_items", "5")  # papermill's -p form
     assert rc == 0 and started(s3)["00_first"] == started(s1)["00_first"]
     assert started(s3)["10_second"] != started(s1)["10_second"]
     assert (tmp_path / "results/smoke/10_second/count.txt").read_text() == "5"
@@ -304,3 +318,315 @@ def test_a_dying_kernel_is_reported_with_its_cell(tmp_path, capsys):
     assert state["notebooks"]["00_first"]["status"] == "done"
     assert state["notebooks"]["05_crash"]["status"] == "failed"
     assert state["notebooks"]["05_crash"]["error"]["cell_index"] == 3
+
+
+# --- the -p forms -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("items,expected", [
+    ([["n=3"]], {"n": "3"}),  # name=value
+    ([["n", "3"]], {"n": "3"}),  # papermill's name value
+    ([["greeting=a=b"]], {"greeting": "a=b"}),  # only the first '=' splits
+    ([["greeting", "x=y"]], {"greeting": "x=y"}),  # papermill form: the value may hold '='
+    ([["delta", "-0.5"], ["m=fast"]], {"delta": "-0.5", "m": "fast"}),  # both forms together
+])
+def test_parse_kv_accepts_both_forms(items, expected):
+    assert pipeline._parse_kv(items) == expected
+
+
+def test_papermill_form_reaches_argparse_with_a_negative_value():
+    args = pipeline._build_parser().parse_args(["-p", "ratio", "-0.25", "--parameters", "n_items=2"])
+    assert pipeline._parse_kv(args.param) == {"ratio": "-0.25", "n_items": "2"}
+
+
+# --- helpers for notebooks made on the fly ----------------------------------------------------
+
+HEADER = ('profile: str = "default"  # smoke | default | full\n'
+          'run_tag: str = "default"  # results/<run_tag>/\n'
+          'seed: int = 0  # one seed for python, numpy, torch\n')
+
+
+def write_nb(path: Path, params: str, *cells: str, mags: dict | None = None) -> Path:
+    """A clean notebook: a markdown title, the parameters cell (HEADER + ``params``), code cells."""
+    nb = nbformat.v4.new_notebook()
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    if mags is not None:
+        nb.metadata["mags"] = mags
+    nb.cells = [nbformat.v4.new_markdown_cell(f"# {path.stem}"),
+                nbformat.v4.new_code_cell(HEADER + params, metadata={"tags": ["parameters"]}),
+                *(nbformat.v4.new_code_cell(c) for c in cells)]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    nbformat.write(nb, path)
+    return path
+
+
+@pytest.fixture(autouse=True)
+def _own_jupyter_data_dir(tmp_path, monkeypatch):
+    # the runner signs executed copies with the user's notary: keep the tests' signatures out of ~
+    monkeypatch.setenv("JUPYTER_DATA_DIR", str(tmp_path / "jupyter-data"))
+
+
+# --- matrix notebooks -------------------------------------------------------------------------
+
+ROLES_PARAMS = 'role: str = "ask"  # ask | write | answer\n'
+ROLES_CELL = ('from mags_lib import repro\n'
+              'out_dir = repro.run_dir(run_tag, f"20_roles/{role}")\n'
+              '(out_dir / "out.txt").write_text(role)')
+
+
+@pytest.fixture
+def matrix_dir(tmp_path):
+    nbs = tmp_path / "nbs"
+    write_nb(nbs / "00_prep.ipynb", "", "x = 1")
+    write_nb(nbs / "20_roles.ipynb", ROLES_PARAMS, ROLES_CELL,
+             mags={"matrix": {"role": ["ask", "write", "answer"]}})
+    return nbs
+
+
+def run_matrix(tmp_path, nbs, *args):
+    root = tmp_path / "results"
+    rc = pipeline.main(["--notebooks-dir", str(nbs), "--results-root", str(root), "--no-progress",
+                        "--profile", "smoke", *args])
+    state_file = root / "smoke" / "pipeline.json"
+    return rc, (json.loads(state_file.read_text()) if state_file.exists() else None)
+
+
+def test_matrix_runs_once_per_value_each_recorded_and_narrowed_by_p(tmp_path, matrix_dir, capsys):
+    run = tmp_path / "results" / "smoke"
+    # -p role write (papermill's form) narrows the matrix to one run
+    rc, s1 = run_matrix(tmp_path, matrix_dir, "--only", "20", "-p", "role", "write")
+    assert rc == 0 and list(s1["notebooks"]) == ["20_roles/write"]
+    rec = s1["notebooks"]["20_roles/write"]
+    assert rec["status"] == "done" and rec["matrix"] == {"role": "write"}
+    assert rec["parameters"]["role"] == "write" and rec["wall_time_s"] > 0 and rec["peak_mem_mb"] > 10
+    assert rec["output"] == "smoke/20_roles/write/20_roles.ipynb"
+    assert (run / "20_roles" / "write" / "20_roles.ipynb").is_file()
+    assert (run / "20_roles" / "write" / "out.txt").read_text() == "write"  # the notebook's own output
+    assert not (run / "20_roles" / "ask").exists()
+    capsys.readouterr()
+
+    # the whole matrix: the two missing values run, the one already done is skipped
+    rc, s2 = run_matrix(tmp_path, matrix_dir, "--only", "20")
+    err = capsys.readouterr().err
+    assert rc == 0 and sorted(s2["notebooks"]) == ["20_roles/answer", "20_roles/ask", "20_roles/write"]
+    assert "[skip 2/3] 20_roles/write" in err and err.count("[run ") == 2
+    for role in ("ask", "write", "answer"):
+        assert (run / "20_roles" / role / "out.txt").read_text() == role
+    hashes = {k: r["input_hash"] for k, r in s2["notebooks"].items()}
+    assert len(set(hashes.values())) == 3  # each run has its own input hash
+    assert s2["notebooks"]["20_roles/write"]["started_at"] == rec["started_at"]
+
+    # a value outside the matrix is refused before anything runs
+    rc, _ = run_matrix(tmp_path, matrix_dir, "--only", "20", "-p", "role=answer2")
+    err = capsys.readouterr().err
+    assert rc == 2 and "must be one of ask | write | answer" in err
+
+    # a change upstream re-runs the matrix runs after it (here narrowed to one)
+    nb = nbformat.read(matrix_dir / "00_prep.ipynb", as_version=4)
+    nb.cells[2].source = "x = 2"
+    nbformat.write(nb, matrix_dir / "00_prep.ipynb")
+    rc, s3 = run_matrix(tmp_path, matrix_dir, "-p", "role=ask")
+    err = capsys.readouterr().err
+    assert rc == 0 and "[run 1/2] 00_prep" in err and "[run 2/2] 20_roles/ask" in err
+    assert s3["notebooks"]["20_roles/ask"]["input_hash"] != hashes["20_roles/ask"]
+    assert s3["notebooks"]["20_roles/write"] == s2["notebooks"]["20_roles/write"]  # untouched
+
+
+def test_list_shows_the_matrix(tmp_path, matrix_dir, capsys):
+    assert pipeline.main(["--notebooks-dir", str(matrix_dir), "--list"]) == 0
+    out = capsys.readouterr().out
+    assert "20_roles  [matrix: role = ask | write | answer; one run each" in out
+    assert "  00_prep\n" in out
+
+
+@pytest.mark.parametrize("matrix,fragment", [
+    ({"rol": ["ask"]}, "names 'rol', which the parameters cell does not declare"),
+    ({"role": []}, "must be a non-empty list"),
+    ({"role": "ask"}, "must be a non-empty list"),
+    ({"role": ["ask", "ask"]}, "lists 'ask' twice"),
+    ({"role": ["ask", "read"]}, "'read' is not one of ask | write | answer"),
+    ({"seed": [0, 1]}, "set by the runner"),
+    (["role"], "must map a parameter name"),
+])
+def test_bad_matrix_is_refused_before_anything_runs(tmp_path, matrix, fragment):
+    path = write_nb(tmp_path / "nbs" / "20_roles.ipynb", ROLES_PARAMS, ROLES_CELL,
+                    mags={"matrix": matrix})
+    with pytest.raises(PipelineError, match=re.escape(fragment)):
+        pipeline.run_pipeline(profile="smoke", notebooks_dir=path.parent,
+                              results_root=tmp_path / "results", progress=False)
+    assert not (tmp_path / "results").exists()
+
+
+def test_matrix_values_must_be_folder_names(tmp_path):
+    write_nb(tmp_path / "20_x.ipynb", 'name: str = "a"  # any text\n', mags={"matrix": {"name": ["a/b"]}})
+    with pytest.raises(PipelineError, match="cannot name an output folder"):
+        pipeline.notebook_matrix(pipeline.discover_notebooks(tmp_path)[0])
+
+
+def test_run_dir_takes_a_matrix_subfolder(tmp_path):
+    from mags_lib import repro
+
+    assert repro.run_dir("t", "20_roles/ask", root=tmp_path) == tmp_path / "t" / "20_roles" / "ask"
+    for bad in ("20_roles/../x", "20_roles/", "/abs", "a\\b"):
+        with pytest.raises(ValueError, match="stage must be"):
+            repro.run_dir("t", bad, root=tmp_path)
+
+
+# --- the library's source and parameter-named inputs are part of the input hash ----------------
+
+
+def test_library_digest_follows_the_imported_modules_content_only(tmp_path):
+    lib = tmp_path / "lib"
+    shutil.copytree(pipeline.LIBRARY_DIR, lib, ignore=shutil.ignore_patterns("__pycache__"))
+    files = pipeline.library_files(lib)
+    assert files == pipeline.library_files()  # the same files give the same hashes, wherever they lie
+    used = ["__init__.py", "repro.py", "models.py"]
+    d0 = pipeline.library_digest(files, used)
+    (lib / "__pycache__").mkdir(exist_ok=True)
+    (lib / "__pycache__" / "x.cpython-311.pyc").write_bytes(b"junk")
+    os.utime(lib / "repro.py", (1, 1))
+    assert pipeline.library_digest(pipeline.library_files(lib), used) == d0  # byte code, mtimes: no
+    (lib / "graph" / "viz.py").write_text((lib / "graph" / "viz.py").read_text() + "\n# edited\n")
+    assert pipeline.library_digest(pipeline.library_files(lib), used) == d0  # a module not imported
+    assert pipeline.library_digest(pipeline.library_files(lib)) != pipeline.library_digest(files)  # all
+    (lib / "repro.py").write_text((lib / "repro.py").read_text() + "\n# edited\n")
+    d1 = pipeline.library_digest(pipeline.library_files(lib), used)
+    assert d1 != d0  # an imported module
+    (lib / "templates.json").write_text("{}")
+    assert pipeline.library_digest(pipeline.library_files(lib), used) != d1  # data the library may read
+    (lib / "models.py").unlink()
+    assert pipeline.library_digest(pipeline.library_files(lib), used) != d1  # an imported module gone
+
+
+def test_editing_the_library_reruns_the_notebooks_that_import_it(tmp_path, monkeypatch, capsys):
+    """Each run is keyed by the library modules its kernel imported, traced at run time: the module
+    a function imports when called (``lazy``) counts, one nothing imports (``unused``) does not.
+    Without the library in the hash the re-run would be skipped and keep the stale value."""
+    lib = tmp_path / "site" / "fixturelib"
+    lib.mkdir(parents=True)
+    (lib / "__init__.py").write_text("")
+    (lib / "used.py").write_text("def value():\n    from . import lazy\n    return lazy.VALUE\n")
+    (lib / "lazy.py").write_text("VALUE = 1\n")
+    (lib / "unused.py").write_text("X = 0\n")
+    monkeypatch.setenv("PYTHONPATH", str(lib.parent))  # the kernels import fixturelib from there
+    nbs = tmp_path / "nbs"
+    write_nb(nbs / "00_other.ipynb", "", "x = 1")  # imports nothing of fixturelib
+    write_nb(nbs / "10_use.ipynb", "",
+             "from fixturelib import used\nfrom mags_lib import repro\n"
+             "(repro.run_dir(run_tag, '10_use') / 'value.txt').write_text(str(used.value()))")
+    kw = {"profile": "smoke", "notebooks_dir": nbs, "results_root": tmp_path / "results", "progress": False,
+          "library_dir": lib}
+    value = tmp_path / "results" / "smoke" / "10_use" / "value.txt"
+
+    def run():
+        capsys.readouterr()
+        state = pipeline.run_pipeline(**kw)
+        err = capsys.readouterr().err
+        return state, re.findall(r"\[run \d+/\d+\] (\S+)", err)  # the runs it executed
+
+    s1, ran = run()
+    assert ran == ["00_other", "10_use"] and value.read_text() == "1"
+    assert s1["notebooks"]["10_use"]["library_modules"] == ["__init__.py", "lazy.py", "used.py"]
+    assert s1["notebooks"]["00_other"]["library_modules"] == []
+    assert run()[1] == []  # nothing changed
+    (lib / "unused.py").write_text("X = 1\n")
+    assert run()[1] == []  # a module no notebook imported
+    (lib / "lazy.py").write_text("VALUE = 2\n")
+    s4, ran = run()
+    assert ran == ["10_use"] and value.read_text() == "2"  # imported inside a function: traced all the same
+    assert s4["notebooks"]["00_other"] == s1["notebooks"]["00_other"]
+
+
+def test_declared_inputs_name_parameters(tmp_path):
+    nbs = tmp_path / "nbs"
+    path = write_nb(nbs / "10_data.ipynb", 'data_path: str = "data/seed"  # folder read by the notebook\n',
+                    mags={"inputs": ["{data_path}", "raw/{run_tag}.txt"]})
+    info = pipeline.discover_notebooks(nbs)[0]
+    (tmp_path / "data" / "seed" / "sub").mkdir(parents=True)
+    (tmp_path / "data" / "seed" / "sub" / "a.json").write_text("1")
+    (tmp_path / "data" / "other").mkdir()
+    (tmp_path / "data" / "other" / "a.json").write_text("1")
+    params = dict(BASE)
+    assert pipeline.declared_inputs(info, params) == ["data/seed", "raw/t.txt"]  # the default
+    assert pipeline.declared_inputs(info, {**params, "data_path": "data/other"})[0] == "data/other"
+
+    def h(p=params):
+        return pipeline.input_hash(info, p, root=tmp_path, library="lib")
+
+    h0 = h()
+    (tmp_path / "data" / "seed" / "sub" / "a.json").write_text("2")  # a file deep in the folder
+    h1 = h()
+    assert h1 != h0
+    (tmp_path / "data" / "other" / "a.json").write_text("2")  # a folder the run does not read
+    assert h() == h1
+    (tmp_path / "raw").mkdir()
+    (tmp_path / "raw" / "t.txt").write_text("x")  # an input that did not exist before
+    assert h() != h1
+    assert h({**params, "data_path": "data/other"}) != h()
+
+    nb = nbformat.read(path, as_version=4)
+    nb.metadata["mags"]["inputs"] = ["{dat_path}/*.json"]
+    nbformat.write(nb, path)
+    with pytest.raises(PipelineError, match=r"names \{dat_path\}, which is not a parameter"):
+        pipeline.run_pipeline(profile="smoke", notebooks_dir=nbs, results_root=tmp_path / "results")
+    assert not (tmp_path / "results").exists()  # refused before anything ran
+
+
+# --- progress: cells and the kernel's output reach the runner's log while the cell runs -------
+
+
+class _Watcher(io.TextIOBase):
+    """A log stream that creates ``sentinel`` once it has seen ``marker`` (the notebook waits for it)."""
+
+    def __init__(self, sentinel: Path, marker: str):
+        self.sentinel, self.marker, self.text = sentinel, marker, ""
+
+    def write(self, s):
+        self.text += s
+        if self.marker in self.text and not self.sentinel.exists():
+            self.sentinel.write_text("seen")
+        return len(s)
+
+
+def test_running_cells_and_their_progress_reach_the_log_while_they_run(tmp_path):
+    """The cell blocks until the runner's log has shown its finished tqdm bar: a runner that only
+    printed the output after the cell (or never) would make it raise."""
+    sentinel = tmp_path / "seen"
+    nbs = tmp_path / "nbs"
+    write_nb(nbs / "00_slow.ipynb", f'sentinel: str = {str(sentinel)!r}  # file the test creates\n',
+             "import pathlib, time\nfrom tqdm.auto import tqdm",
+             "for _ in tqdm(range(7), desc='counting sheep'):\n    pass\n"
+             "deadline = time.monotonic() + 120\n"
+             "while not pathlib.Path(sentinel).exists():\n"
+             "    if time.monotonic() > deadline:\n"
+             "        raise TimeoutError('the runner did not relay the progress while the cell ran')\n"
+             "    time.sleep(0.05)\n"
+             "print('after the wait')")
+    log = _Watcher(sentinel, "counting sheep: 100%")
+    state = pipeline.run_pipeline(profile="smoke", notebooks_dir=nbs, results_root=tmp_path / "results",
+                                  log=log)
+    assert state["notebooks"]["00_slow"]["status"] == "done"
+    text = log.text
+    cell_line = text.index("00_slow: code cell 3/3 (cell 3) for _ in tqdm(range(7)")
+    bar = text.index("counting sheep: 100%")
+    assert text.index("00_slow: code cell 2/3 (cell 2) import pathlib") < cell_line < bar
+    assert "7/7 [" in text[bar:]  # the text bar, not an ipywidgets one
+    assert "\r    | counting sheep" in text  # a redraw stays indented
+    assert "\n    | after the wait" in text
+    assert text.index("after the wait") < text.index("[done 1/1] 00_slow")
+    executed = nbformat.read(tmp_path / "results/smoke/00_slow/00_slow.ipynb", as_version=4)
+    loop = next(c for c in executed.cells if c.source.startswith("for _ in tqdm"))
+    assert "7/7" in "".join(o.get("text", "") for o in loop.outputs)  # the copy keeps the bar too
+
+
+def test_relay_indents_every_line_and_redraw():
+    out = io.StringIO()
+    relay = pipeline._Relay(out, prefix="> ")
+    err, std = relay.stream("stderr"), relay.stream("stdout")
+    err.write("a\nb")
+    err.write("c\r 50%")
+    err.write("\r100%")
+    std.write("printed\n")  # stdout in the middle of an open bar line starts a new line
+    err.write("x")
+    relay.end_line()
+    assert out.getvalue() == "> a\n> bc\r>  50%\r> 100%\n> printed\n> x\n"

@@ -1,8 +1,9 @@
 """Pictures of the Liquid Knowledge Graph: offline pyvis HTML, matplotlib figures, an ipywidgets explorer.
 
 * :func:`to_html` -- interactive vis-network page built with pyvis, the vis-network JavaScript and
-  CSS inlined and pyvis's CDN links (Bootstrap) removed: the page makes no outside request, so it
-  works offline and inside a notebook (:func:`show` wraps it in an ``iframe srcdoc``);
+  CSS inlined and everything pyvis links removed (Bootstrap from a CDN, a commented-out local
+  stylesheet): the page links nothing (:func:`linked_resources`), so it works offline and inside a
+  notebook (:func:`show` wraps it in an ``iframe srcdoc``);
 * :func:`draw` -- the same picture with matplotlib (for reports);
 * :func:`plot_strengths`, :func:`plot_curve`, :func:`draw_kcore_shells` -- figures of the
   dynamics notebook;
@@ -31,13 +32,15 @@ __all__ = [
     "COLORS",
     "draw",
     "draw_kcore_shells",
+    "draw_recall_subgraph",
     "explorer",
-    "find_external_urls",
+    "linked_resources",
     "plot_curve",
     "plot_strengths",
     "save_html",
     "select_nodes",
     "show",
+    "text_overlaps",
     "to_html",
     "to_pyvis",
 ]
@@ -55,17 +58,53 @@ COLORS = {
     "faded": "#e6e6e6",
 }
 
-_EXTERNAL = re.compile(r"""(?:src|href)\s*=\s*["']?\s*(?:https?:)?//""", re.IGNORECASE)
-_BOOTSTRAP_LINK = re.compile(r"<link[^>]*https?://[^>]*>\s*", re.IGNORECASE | re.DOTALL)
-_REMOTE_SCRIPT = re.compile(r"<script[^>]*src\s*=\s*[\"']https?://[^>]*>\s*</script>\s*", re.IGNORECASE | re.DOTALL)
+_CODE_BLOCK = re.compile(r"<(script|style)\b[^>]*>.*?</\1\s*>", re.IGNORECASE | re.DOTALL)
+_OPEN_TAG = re.compile(r"<(?:script|style)\b[^>]*>", re.IGNORECASE)
+_ATTRIBUTE = re.compile(r"""\b(?:src|href)\s*=\s*["']?([^"'\s>]*)""", re.IGNORECASE)
+_COMMENT = re.compile(r"<!--.*?-->", re.DOTALL)
 
 
-def find_external_urls(page: str) -> list[str]:
-    """``src``/``href`` attributes of a page that point to another machine (empty list: offline page)."""
+def _markup_and_code(page: str) -> list[tuple[bool, str]]:
+    """The page cut into markup (``False``) and ``<script>``/``<style>`` blocks (``True``)."""
+    parts, pos = [], 0
+    for m in _CODE_BLOCK.finditer(page):
+        parts += [(False, page[pos:m.start()]), (True, m.group(0))]
+        pos = m.end()
+    return parts + [(False, page[pos:])]
+
+
+def linked_resources(page: str) -> list[str]:
+    """Every ``src``/``href`` of a page's markup, comments included: what it would (or, once a comment
+    is lifted, could) load from elsewhere. The code of inline scripts and styles is not markup.
+
+    An empty list means the page is self-contained: it works offline and inside a notebook.
+
+    Examples
+    --------
+    >>> linked_resources('<p>x</p><script>var a = "<img src=y>";</script>')
+    []
+    >>> linked_resources('<link href="https://cdn.example/b.css"><!-- <script src="v.js"></script> -->')
+    ['https://cdn.example/b.css', 'v.js']
+    """
+    found = []
+    for is_code, text in _markup_and_code(page):
+        markup = _OPEN_TAG.match(text).group(0) if is_code else text
+        found += _ATTRIBUTE.findall(markup)
+    return found
+
+
+def _inline_only(page: str) -> str:
+    """pyvis's page without what it links: its Bootstrap stylesheet and script (from a CDN), and a
+    comment holding a stylesheet and script of a local ``node_modules``. Everything the picture needs
+    (vis-network's code and style) is inlined already."""
     out = []
-    for m in re.finditer(r"""(?:src|href)\s*=\s*["']?\s*((?:https?:)?//[^"'\s>]+)""", page, re.IGNORECASE):
-        out.append(m.group(1))
-    return out
+    for is_code, text in _markup_and_code(page):
+        if is_code:
+            out.append("" if _ATTRIBUTE.search(_OPEN_TAG.match(text).group(0)) else text)
+        else:
+            text = _COMMENT.sub(lambda m: "" if _ATTRIBUTE.search(m.group(0)) else m.group(0), text)
+            out.append(re.sub(r"<link\b[^>]*>", "", text, flags=re.IGNORECASE))
+    return "".join(out)
 
 
 def _trace_of(trace) -> RecallTrace | None:
@@ -207,19 +246,17 @@ def to_pyvis(g, trace=None, *, max_nodes: int = 150, include_invalid: bool = Fal
 
 
 def to_html(g, trace=None, *, title: str | None = None, **kw) -> str:
-    """Self-contained offline HTML page (vis-network inlined, no outside request).
+    """Self-contained offline HTML page: vis-network's code and style inlined, nothing linked.
 
     Keyword arguments go to :func:`to_pyvis`.
     """
     net = to_pyvis(g, trace, **kw)
-    page = net.generate_html(notebook=False)
-    page = _BOOTSTRAP_LINK.sub("", page)
-    page = _REMOTE_SCRIPT.sub("", page)
+    page = _inline_only(net.generate_html(notebook=False))
     if title:
         page = page.replace("<h1></h1>", f"<h3>{_html.escape(title)}</h3>", 1)
-    bad = find_external_urls(page)
+    bad = linked_resources(page)
     if bad:  # a pyvis update added a link we do not know how to strip: fail loudly, never leak requests
-        raise RuntimeError(f"pyvis page still references outside resources: {bad[:3]}")
+        raise RuntimeError(f"pyvis page still links resources: {bad[:3]}")
     return page
 
 
@@ -444,3 +481,189 @@ def explorer(g, *, ticks: int = 20, query: str | None = None, max_nodes: int = 6
     box.redraw = redraw
     redraw()
     return box
+
+
+def text_overlaps(ax) -> list[tuple[str, str]]:
+    """Pairs of visible texts of ``ax`` whose boxes overlap (their strings), after a draw.
+
+    Used to check that a figure's labels are readable: :func:`draw_recall_subgraph` returns an
+    axes for which this list is empty.
+    """
+    fig = ax.figure
+    fig.canvas.draw()
+    r = fig.canvas.get_renderer()
+    texts = [t for t in ax.texts if t.get_visible() and t.get_text().strip()]
+    boxes = [t.get_window_extent(r) if t.get_bbox_patch() is None else t.get_bbox_patch().get_window_extent(r)
+             for t in texts]
+    out = []
+    for i in range(len(texts)):
+        for j in range(i + 1, len(texts)):
+            a, b = boxes[i], boxes[j]
+            if a.x0 < b.x1 and b.x0 < a.x1 and a.y0 < b.y1 and b.y0 < a.y1:
+                out.append((texts[i].get_text(), texts[j].get_text()))
+    return out
+
+
+def _box_exit(center, toward, size) -> tuple[float, float]:
+    """Where the segment from a box's centre toward a point leaves the box (``size``: width, height)."""
+    dx, dy = toward[0] - center[0], toward[1] - center[1]
+    if dx == 0 and dy == 0:
+        return center
+    t = min(size[0] / 2 / abs(dx) if dx else np.inf, size[1] / 2 / abs(dy) if dy else np.inf)
+    return center[0] + t * dx, center[1] + t * dy
+
+
+def draw_recall_subgraph(g, trace, *, title: str | None = None, ax=None, wrap: int = 22, font_size: float = 9,
+                         max_items: int | None = None):
+    """Paper figure of one recall: only the recalled subgraph, laid out in hops, labels never overlapping.
+
+    Nodes are the anchors and every node on the path to a returned item; edges are those paths'
+    edges, labelled with their relation. Columns are hops from the anchors (anchors left), rows are
+    ordered by their predecessors' rows; every box is measured before it is placed, so node boxes
+    never overlap, and relation labels are moved along their edge until they overlap nothing
+    (:func:`text_overlaps` is empty for the returned axes).
+
+    Parameters
+    ----------
+    g : LiquidGraph
+    trace : Recall or RecallTrace
+        The recall to show (``m.ask(q).recall`` or ``g.recall(q)``).
+    title : str, optional
+        Default: the recall's queries.
+    ax : matplotlib Axes, optional
+        Drawn into (its figure is resized to fit); a new figure otherwise.
+    wrap : int
+        Characters per label line.
+    font_size : float
+    max_items : int, optional
+        Show only the paths of the best ``max_items`` returned items.
+
+    Returns
+    -------
+    matplotlib Axes
+    """
+    import textwrap
+
+    import matplotlib.pyplot as plt
+    from matplotlib.patches import FancyArrowPatch
+
+    tr = _trace_of(trace)
+    if tr is None:
+        raise ValueError("draw_recall_subgraph needs a Recall or RecallTrace")
+    paths = tr.paths[:max_items] if max_items else tr.paths
+    depth: dict[int, int] = {}
+    edges: dict[int, float] = {}
+    for a in tr.anchors:
+        if any(p.nodes and p.nodes[0] == a.node for p in paths):
+            depth[g._idx(a.node)] = 0
+    for p in paths:
+        for k, nid in enumerate(p.nodes):
+            i = g._idx(nid)
+            depth[i] = min(depth.get(i, k), k)
+        for e in p.edges:
+            edges[int(e)] = max(edges.get(int(e), 0.0), tr.edge_weights.get(int(e), p.weight))
+    if not depth:
+        raise ValueError("the recall returned nothing: there is no subgraph to draw")
+    nd, ed = g.nodes, g.edges
+    anchors = {g._idx(a.node) for a in tr.anchors}
+    if ax is None:
+        fig, ax = plt.subplots()
+    fig = ax.figure
+    ax.set_axis_off()
+    labels = {}
+    for i in depth:
+        text = nd.text[i] if nd.kind[i] != KIND_EPISODE else _short(nd.text[i], 3 * wrap)
+        labels[i] = "\n".join(textwrap.wrap(text, wrap)) or "?"
+    # -- measure every box (in inches) before placing it
+    r = fig.canvas.get_renderer()
+    dpi = fig.dpi
+
+    def size(text, fs):
+        t = ax.text(0, 0, text, fontsize=fs, ha="center", va="center", bbox={"boxstyle": "round,pad=0.35"})
+        fig.canvas.draw()
+        bb = t.get_bbox_patch().get_window_extent(r)
+        t.remove()
+        return bb.width / dpi, bb.height / dpi
+
+    node_size = {i: size(labels[i], font_size) for i in depth}
+    rel_text = {e: "\n".join(textwrap.wrap(g._rel_text[ed.rel[e]], wrap)) for e in edges}
+    rel_size = {e: size(rel_text[e], font_size - 1.5) for e in edges}
+    cols: dict[int, list[int]] = {}
+    for i, d in depth.items():
+        cols.setdefault(d, []).append(i)
+    n_cols = max(cols) + 1
+    gap_x = [0.5 + max([rel_size[e][0] for e in edges
+                        if {depth.get(int(ed.src[e])), depth.get(int(ed.dst[e]))} == {c, c + 1}] or [0.0])
+             for c in range(n_cols)]
+    col_w = [max(node_size[i][0] for i in cols[c]) if c in cols else 0.0 for c in range(n_cols)]
+    xs, x = [], 0.3
+    for c in range(n_cols):
+        xs.append(x + col_w[c] / 2)
+        x += col_w[c] + gap_x[c]
+    width = x - gap_x[-1] + 0.3
+    # rows: each column ordered by the mean row of the nodes it is linked to in the previous column
+    pos: dict[int, tuple[float, float]] = {}
+    heights = []
+    order: dict[int, list[int]] = {}
+    for c in range(n_cols):
+        members = cols.get(c, [])
+        if c:
+            def bary(i, prev=order[c - 1]):
+                ys = [prev.index(j) for e in edges for j in (int(ed.src[e]), int(ed.dst[e]))
+                      if i in (int(ed.src[e]), int(ed.dst[e])) and j != i and j in prev]
+                return (np.mean(ys) if ys else 1e9, i)
+            members = sorted(members, key=bary)
+        else:
+            members = sorted(members, key=lambda i: (i not in anchors, i))
+        order[c] = members
+        heights.append(sum(node_size[i][1] for i in members) + 0.45 * max(len(members) - 1, 0))
+    height = max(heights) + 0.9
+    for c in range(n_cols):
+        y = (height + heights[c]) / 2
+        for i in order[c]:
+            h = node_size[i][1]
+            pos[i] = (xs[c], y - h / 2)
+            y -= h + 0.45
+    fig.set_size_inches(max(width, 3.0), height + 0.6)
+    ax.set_position([0, 0, 1, height / (height + 0.6)])
+    ax.set_xlim(0, max(width, 3.0))
+    ax.set_ylim(0, height)
+    boxes = {}
+    for i in depth:
+        color, _ = _node_style(g, i)
+        if i in anchors:
+            color = COLORS["anchor"]
+        boxes[i] = ax.text(*pos[i], labels[i], fontsize=font_size, ha="center", va="center", zorder=3,
+                           bbox={"boxstyle": "round,pad=0.35", "fc": color, "ec": "#333333", "lw": 0.8})
+    wmax = max(edges.values()) if edges else 1.0
+    rel_artists = []
+    for e, w in sorted(edges.items()):
+        s, o = int(ed.src[e]), int(ed.dst[e])
+        if s not in pos or o not in pos:
+            continue
+        rad = 0.3 if depth[s] == depth[o] else 0.0
+        arrow = FancyArrowPatch(_box_exit(pos[s], pos[o], node_size[s]), _box_exit(pos[o], pos[s], node_size[o]),
+                                shrinkA=0, shrinkB=2, arrowstyle="-|>", mutation_scale=11, lw=0.8 + 2.2 * w / wmax,
+                                color=COLORS["trace_edge"] if ed.kind[e] == EDGE_FACT else COLORS["edge"],
+                                connectionstyle=f"arc3,rad={rad}", zorder=1)
+        ax.add_patch(arrow)
+        if ed.kind[e] == EDGE_FACT:
+            mx, my = (pos[s][0] + pos[o][0]) / 2, (pos[s][1] + pos[o][1]) / 2
+            rel_artists.append(ax.text(mx, my, rel_text[e], fontsize=font_size - 1.5, ha="center", va="center",
+                                       zorder=4, style="italic",
+                                       bbox={"boxstyle": "round,pad=0.2", "fc": "white", "ec": "none", "alpha": 0.95}))
+    # move relation labels off anything they overlap (up or down, smallest step first)
+    fig.canvas.draw()
+    r = fig.canvas.get_renderer()
+    step = 0.12
+    for t in rel_artists:
+        x0, y0 = t.get_position()
+        for k in range(1, 80):
+            others = [u for u in ax.texts if u is not t]
+            bb = t.get_bbox_patch().get_window_extent(r)
+            if not any(bb.overlaps(u.get_bbox_patch().get_window_extent(r)) for u in others):
+                break
+            dy = step * ((k + 1) // 2) * (1 if k % 2 else -1)
+            t.set_position((x0, min(max(y0 + dy, 0.15), height - 0.15)))
+    ax.set_title(title if title is not None else " / ".join(tr.queries), fontsize=font_size + 2)
+    return ax

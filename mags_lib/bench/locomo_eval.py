@@ -1,0 +1,845 @@
+"""The LoCoMo benchmark runner: evidence recall@k, latency, memory tokens, QA F1, evidence survival.
+
+Usage::
+
+    python -m mags_lib.bench.locomo_eval --profile smoke            # one conversation, seconds
+    python -m mags_lib.bench.locomo_eval --profile default          # all ten (see README for the cost)
+    python -m mags_lib.bench.locomo_eval --profile default --out results/try/70_locomo_benchmark
+
+Notebook ``70_locomo_benchmark`` calls :func:`run_benchmark` and displays what it returns.
+
+What one run does, per selected conversation (a *unit* of work, cached on disk so an interrupted
+run resumes where it stopped):
+
+1. **turn retrievers** -- BM25, flat dense retrieval with the configured embedder(s) and their
+   reciprocal rank fusion -- index the conversation's turns, rendered ``"<speaker>: <text>"`` (an
+   image turn adds ``[shares <caption>]``), and answer every selected question;
+2. **MAGS memories** are built by observing the conversation turn by turn, then queried with
+   ``m.recall(question, k)``. Two ways to build one (``write``), labelled in every row:
+
+   * ``"episodes"``: ``m.graph.add_episode`` only -- one episode per turn, no write model, the
+     agent's maintenance schedule (``maintain()`` every ``maintain_every`` turns) kept. It measures
+     what the retrieval structure and its dynamics keep and find on their own;
+   * ``"model"``: ``m.observe`` -- the write model turns each turn into triplets (the full system;
+     expensive: a language-model call per turn, cost per turn reported);
+
+   today's ``observe`` / ``add_episode`` take no ``speaker``, so the speaker's name is written into
+   the text (``"Caroline: ..."``), exactly as the turn retrievers see it; when a ``speaker``
+   argument exists the raw utterance and the speaker are passed separately (``speaker_mode`` in the
+   rows says which). ``time`` is the session date as ISO 8601 text (``"2023-05-08T13:56"``);
+3. per question and retriever: evidence recall@k for each k (:func:`~.locomo.evidence_recall`;
+   one search call per k, since a memory's top 5 need not be its top 10's prefix), the latency of
+   the ``latency_k`` call, and the memory tokens of the top ``latency_k`` items formatted as the
+   reader's memory block (:func:`mags_lib.protocol.format_facts`, unbudgeted) with the answer
+   model's tokenizer;
+4. **evidence survival**: an evidence turn (a dia_id some selected question cites) *survives* when,
+   at the end of ingestion, the memory still holds an alive episode with that source or an alive,
+   valid fact whose sources include it (:func:`alive_sources`); measured after every session too;
+5. **QA** (``qa_questions`` per conversation, stratified by category): the same reader
+   (``MAGS.ask``) with each memory; LoCoMo's question conventions (a temporal question asks for
+   an approximate date from the conversation's dates; an adversarial one offers "(a) / (b)" with
+   "Not mentioned in the conversation" as one option, order seeded) and its scoring
+   (:func:`~.locomo.qa_score`). The memory modes ``"none" | "rag" | "full_context"`` are run when
+   ``MAGSConfig`` has a ``memory`` field and reported as skipped otherwise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import hashlib
+import inspect
+import json
+import math
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .embedders import bench_embedder
+from .locomo import (
+    CAT5_NOT_MENTIONED,
+    CATEGORIES,
+    Conversation,
+    LoCoMo,
+    Question,
+    Turn,
+    evidence_recall,
+    qa_score,
+)
+from .retrieval import BM25Retriever, DenseRetriever, Doc, MAGSRetriever, RRFRetriever
+
+__all__ = [
+    "PROFILES",
+    "PUBLISHED",
+    "BenchResult",
+    "LoCoMoBenchConfig",
+    "MemoryBuild",
+    "alive_sources",
+    "build_memory",
+    "evaluate_retriever",
+    "map_cat5_reply",
+    "memory_modes_available",
+    "reader_question",
+    "run_benchmark",
+    "select_questions",
+    "summarise_qa",
+    "summarise_recall",
+    "truncate_conversation",
+]
+
+PUBLISHED = {
+    "dragon_dialog_recall": {5: 0.567, 10: 0.662, 25: 0.767},  # LoCoMo paper, DRAGON over dialog turns
+    "mem0_search_p50_s": 0.148,
+    "mem0_search_p95_s": 0.200,
+    "zep_search_p95_s": 0.155,
+    "mem0_memory_tokens_per_query": 1700,
+    # measured elsewhere on LoCoMo with the same recall metric (issue 13)
+    "issue13_recall10": {"bm25": 0.525, "dense-minilm": 0.421, "rrf": 0.541},
+}
+"""Published reference numbers the notebook puts beside ours."""
+
+CAT2_SUFFIX = " Use DATE of CONVERSATION to answer with an approximate date."
+CAT5_TEMPLATE = "{question} Select the correct answer: (a) {a} (b) {b}."
+
+PROFILES: dict[str, dict[str, Any]] = {
+    # one conversation's first session, its questions, a few read: seconds to a minute
+    "smoke": {"conversations": ("conv-26",), "max_sessions": 1, "qa_questions": 4, "model_conversations": 1},
+    # all ten conversations, every question for recall; QA on a stratified sample; the write model
+    # on the shortest conversation (about 0.7 s per turn on 2 quiet cores)
+    "default": {"conversations": (), "max_sessions": 0, "qa_questions": 20, "model_conversations": 1},
+    # everything: every question read, the write model over all ten conversations
+    "full": {"conversations": (), "max_sessions": 0, "qa_questions": 0, "model_conversations": 10},
+}
+
+
+# ------------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class LoCoMoBenchConfig:
+    """Everything one LoCoMo benchmark run depends on (a stage config, checks in ``__post_init__``)."""
+
+    conversations: tuple[str, ...] = ()  # sample ids to run; () = all
+    max_sessions: int = 0  # keep each conversation's first N sessions and the questions about them (0: all)
+    ks: tuple[int, ...] = (5, 10, 25)  # recall@k cut-offs
+    latency_k: int = 10  # k of the timed search call and of the memory-token count
+    embedder: str = "minilm"  # embedder of the dense retriever and of MAGS ("minilm" | "hash" | "e5-small")
+    extra_embedders: tuple[str, ...] = ()  # more dense-retriever rows (e.g. ("e5-small",)); never MAGS
+    bm25: bool = True  # BM25 row
+    hybrid: bool = True  # RRF(BM25 + dense) row
+    rrf_k: int = 60  # reciprocal rank fusion constant
+    rrf_depth: int = 100  # hits of each retriever fused
+    mags_writes: tuple[str, ...] = ("episodes", "model")  # MAGS memories to build: "episodes" and/or "model"
+    model_conversations: int = 1  # conversations given the write-model memory (shortest first; 0: none)
+    dynamics: bool = True  # the agent's default dynamics (maintain every `maintain_every` turns)
+    qa_questions: int = 20  # questions read per conversation, stratified by category (0: all)
+    qa_systems: tuple[str, ...] = ("none", "rag", "full_context", "graph")  # reader memories compared
+    seed: int = 0  # question sampling, option order of adversarial questions, the models' seed
+    n_threads: int = 0  # llama.cpp threads (0: the backend's default)
+    mags_kwargs: dict = field(default_factory=dict)  # extra MAGSConfig fields for every MAGS built
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "conversations", tuple(self.conversations))
+        object.__setattr__(self, "ks", tuple(sorted({int(k) for k in self.ks})))
+        object.__setattr__(self, "extra_embedders", tuple(self.extra_embedders))
+        object.__setattr__(self, "mags_writes", tuple(self.mags_writes))
+        object.__setattr__(self, "qa_systems", tuple(self.qa_systems))
+        if not self.ks or self.ks[0] < 1:
+            raise ValueError(f"ks must be positive cut-offs, got {self.ks}")
+        if self.latency_k < 1:
+            raise ValueError(f"latency_k must be >= 1, got {self.latency_k}")
+        for name in ("max_sessions", "model_conversations", "qa_questions", "n_threads", "rrf_k"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
+        if self.rrf_depth < 1:
+            raise ValueError(f"rrf_depth must be >= 1, got {self.rrf_depth}")
+        bad = set(self.mags_writes) - {"episodes", "model"}
+        if bad:
+            raise ValueError(f"mags_writes takes 'episodes' and/or 'model', got {sorted(bad)}")
+        bad = set(self.qa_systems) - {"none", "rag", "full_context", "graph"}
+        if bad:
+            raise ValueError(f"qa_systems takes 'none', 'rag', 'full_context', 'graph', got {sorted(bad)}")
+        if not isinstance(self.mags_kwargs, dict):
+            raise TypeError("mags_kwargs must be a dict of MAGSConfig fields")
+
+    @classmethod
+    def for_profile(cls, profile: str, **overrides: Any) -> LoCoMoBenchConfig:
+        """The profile's settings (:data:`PROFILES`), then ``overrides``."""
+        if profile not in PROFILES:
+            raise ValueError(f"profile must be one of {sorted(PROFILES)}, got {profile!r}")
+        return cls(**{**PROFILES[profile], **overrides})
+
+    def to_dict(self) -> dict:
+        return {f.name: (list(v) if isinstance(v := getattr(self, f.name), tuple) else v)
+                for f in dataclasses.fields(self)}
+
+
+# ------------------------------------------------------------------------------------------------
+# selection
+def truncate_conversation(conv: Conversation, max_sessions: int) -> Conversation:
+    """The first ``max_sessions`` sessions (0: all) and the questions whose evidence lies in them.
+
+    Questions without evidence are dropped when truncating (nothing says they are answerable from
+    the kept sessions).
+    """
+    if max_sessions <= 0 or max_sessions >= len(conv.sessions):
+        return conv
+    sessions = conv.sessions[:max_sessions]
+    kept = {t.dia_id for s in sessions for t in s.turns}
+    qs = tuple(q for q in conv.questions if q.evidence and set(q.evidence) <= kept)
+    return dataclasses.replace(conv, sessions=sessions, questions=qs)
+
+
+def select_questions(questions: Sequence[Question], n: int, seed: int = 0) -> list[Question]:
+    """Up to ``n`` questions (0: all), stratified by category: seeded shuffle per category, then
+    round-robin over the categories; returned in file order.
+
+    >>> from mags_lib.bench.locomo import Question
+    >>> qs = [Question("c", i, f"q{i}", "a", 4 if i < 6 else 5, ("D1:1",)) for i in range(8)]
+    >>> sorted({q.category for q in select_questions(qs, 2)}), len(select_questions(qs, 0))
+    ([4, 5], 8)
+    """
+    qs = list(questions)
+    if n <= 0 or n >= len(qs):
+        return qs
+    rng = np.random.default_rng(seed)
+    by_cat: dict[int, list[Question]] = {}
+    for q in qs:
+        by_cat.setdefault(q.category, []).append(q)
+    pools = [list(np.array(by_cat[c], dtype=object)[rng.permutation(len(by_cat[c]))]) for c in sorted(by_cat)]
+    picked: list[Question] = []
+    while len(picked) < n:
+        for pool in pools:
+            if pool and len(picked) < n:
+                picked.append(pool.pop(0))
+    return sorted(picked, key=lambda q: q.index)
+
+
+# ------------------------------------------------------------------------------------------------
+# turn retrievers
+def turn_docs(conv: Conversation) -> list[Doc]:
+    """The conversation's turns as retrievable documents (``Turn.render``, id = dia_id)."""
+    return [Doc(t.dia_id, t.render()) for t in conv.turns]
+
+
+def evaluate_retriever(retriever: Any, questions: Sequence[Question], *, ks: Sequence[int] = (5, 10, 25),
+                       latency_k: int = 10, token_counter: Callable[[str], int] | None = None,
+                       label: str | None = None, extra: dict | None = None,
+                       before_timed: Callable[[str], None] | None = None) -> list[dict]:
+    """Evidence recall@k, latency and memory tokens of a fitted retriever, one row per question.
+
+    For each question the retriever is searched once per k (the ``latency_k`` call first, timed).
+    ``token_counter`` counts the tokens of the memory block (:func:`mags_lib.protocol.format_facts`)
+    made of the top ``latency_k`` hits; omitted, the tokens are not counted. ``before_timed(query)``
+    runs before the timed call (the runner uses it to drop the query from the embedders' caches, so
+    every timed call pays for its query embedding).
+    """
+    from ..protocol import format_facts
+
+    ks = sorted({int(k) for k in ks})
+    order = [latency_k] + [k for k in ks if k != latency_k]
+    rows = []
+    for q in questions:
+        hits_by_k: dict[int, list] = {}
+        seconds = 0.0
+        for k in order:
+            if k == latency_k and before_timed is not None:
+                before_timed(q.question)
+            t0 = time.perf_counter()
+            hits = retriever.search(q.question, k)
+            if k == latency_k:
+                seconds = time.perf_counter() - t0
+            hits_by_k[k] = hits
+        top = hits_by_k[latency_k]
+        row = {"retriever": label or retriever.name, "sample_id": q.sample_id, "question": q.index,
+               "category": q.category, "n_evidence": len(q.evidence), "latency_s": seconds,
+               "memory_tokens": token_counter(format_facts([h.text for h in top])) if token_counter else None,
+               "sources_per_item": float(np.mean([len(h.sources) for h in top])) if top else 0.0,
+               "items": len(top)}
+        for k in ks:
+            row[f"recall@{k}"] = evidence_recall(q.evidence, [h.sources for h in hits_by_k[k]], k)
+        row.update(extra or {})
+        rows.append(row)
+    return rows
+
+
+# ------------------------------------------------------------------------------------------------
+# MAGS memories
+def _accepts(fn: Callable, name: str) -> bool:
+    try:
+        return name in inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return False
+
+
+def _iso(t: Turn) -> str:
+    return t.time.isoformat(timespec="minutes")
+
+
+def alive_sources(g: Any) -> tuple[set[str], set[str]]:
+    """Source ids still in memory: those of alive episodes, and those of alive, valid facts.
+
+    Uses the graph's public inspection API (``to_networkx``: alive nodes, alive valid edges).
+    """
+    G = g.to_networkx()
+    eps = {str(d["source"]) for _, d in G.nodes(data=True) if d.get("block") == "episodic" and d.get("source")}
+    facts = {str(s) for _, _, d in G.edges(data=True) if d.get("kind") == "fact" for s in d.get("sources", ())}
+    return eps, facts
+
+
+@dataclass
+class MemoryBuild:
+    """A MAGS memory built over one conversation, with what it cost and what survived."""
+
+    mags: Any
+    write: str
+    speaker_mode: str
+    seconds: float
+    n_turns: int
+    curve: list[dict]  # after each session: evidence turns seen so far, and the share still in memory
+    survival: list[dict]  # per evidence turn at the end: position, episode alive, fact alive
+
+    @property
+    def seconds_per_turn(self) -> float:
+        return self.seconds / max(1, self.n_turns)
+
+
+def build_memory(mags: Any, conv: Conversation, *, write: str = "episodes", evidence: set[str] | None = None,
+                 progress: bool = True) -> MemoryBuild:
+    """Observe a conversation turn by turn into ``mags``'s memory (see the module docstring).
+
+    Parameters
+    ----------
+    mags : MAGS
+        A fresh agent (its configuration decides the dynamics and the maintenance schedule).
+    conv : Conversation
+    write : {"episodes", "model"}
+        ``"model"``: ``mags.observe`` (write model -> triplets); ``"episodes"``: episodes only, no
+        write model, ``mags.maintain()`` every ``maintain_every`` turns when dynamics are on.
+    evidence : set of str, optional
+        The evidence dia_ids whose survival is tracked (default: every turn).
+    """
+    from tqdm.auto import tqdm
+
+    if write not in ("episodes", "model"):
+        raise ValueError(f"write must be 'episodes' or 'model', got {write!r}")
+    turns = conv.turns
+    evidence = {t.dia_id for t in turns} if evidence is None else set(evidence)
+    target = mags.observe if write == "model" else mags.graph.add_episode
+    speaker_arg = _accepts(target, "speaker")
+    c = mags.config
+    every = c.maintain_every if c.dynamics_on else 0
+    if write == "episodes":  # one batched encoding warms the embedder's cache (MiniLM keeps 50k texts)
+        mags.embedder.encode([t.utterance() if speaker_arg else t.render() for t in turns])
+    curve: list[dict] = []
+    seen_ev: list[str] = []
+    checking = 0.0  # time spent measuring survival, not counted as ingestion
+    t0 = time.perf_counter()
+    bar = tqdm(total=len(turns), desc=f"{conv.sample_id} {write}", disable=not progress, leave=False)
+    try:
+        n = 0
+        for s in conv.sessions:
+            for t in s.turns:
+                text = t.utterance() if speaker_arg else t.render()
+                kw = {"speaker": t.speaker} if speaker_arg else {}
+                if write == "model":
+                    mags.observe(text, source=t.dia_id, time=_iso(t), **kw)
+                else:
+                    mags.graph.add_episode(text, source=t.dia_id, time=_iso(t), **kw)
+                    n += 1
+                    if every and n % every == 0:
+                        mags.maintain()
+                if t.dia_id in evidence:
+                    seen_ev.append(t.dia_id)
+                bar.update(1)
+            tc = time.perf_counter()
+            eps, facts = alive_sources(mags.graph)
+            alive = eps | facts
+            checking += time.perf_counter() - tc
+            curve.append({"sample_id": conv.sample_id, "write": write, "session": s.number,
+                          "turns_seen": s.turns[-1].position + 1, "evidence_seen": len(seen_ev),
+                          "evidence_alive": sum(d in alive for d in seen_ev),
+                          "share_alive": (sum(d in alive for d in seen_ev) / len(seen_ev)) if seen_ev else None})
+    finally:
+        bar.close()
+    seconds = time.perf_counter() - t0 - checking
+    eps, facts = alive_sources(mags.graph)
+    survival = [{"sample_id": conv.sample_id, "write": write, "dia_id": t.dia_id, "position": t.position,
+                 "relative_position": t.position / max(1, len(turns) - 1), "episode_alive": t.dia_id in eps,
+                 "fact_alive": t.dia_id in facts, "alive": t.dia_id in eps or t.dia_id in facts}
+                for t in turns if t.dia_id in evidence]
+    return MemoryBuild(mags=mags, write=write, speaker_mode="argument" if speaker_arg else "in text",
+                       seconds=seconds, n_turns=len(turns), curve=curve, survival=survival)
+
+
+# ------------------------------------------------------------------------------------------------
+# QA
+def memory_modes_available() -> bool:
+    """Whether ``MAGSConfig`` has the ``memory`` field (modes ``none | rag | full_context | graph``)."""
+    from ..agent import MAGSConfig
+
+    return "memory" in {f.name for f in dataclasses.fields(MAGSConfig)}
+
+
+def reader_question(q: Question, seed: int = 0) -> tuple[str, dict[str, str] | None]:
+    """The question as LoCoMo's evaluation puts it to the reader, and the options of an adversarial one.
+
+    Temporal (2): the question plus "Use DATE of CONVERSATION to answer with an approximate date.";
+    adversarial (5): "Select the correct answer: (a) ... (b) ...", one option "Not mentioned in the
+    conversation", the other the adversarial answer, their order drawn from ``seed`` and the
+    question's key; others: the question as is.
+
+    >>> from mags_lib.bench.locomo import Question
+    >>> reader_question(Question("c", 0, "Is Oscar Melanie's pet?", None, 5, ("D1:1",), (), "Yes"), seed=0)[1]
+    {'a': 'Not mentioned in the conversation', 'b': 'Yes'}
+    """
+    if q.category == 2:
+        return q.question + CAT2_SUFFIX, None
+    if q.category != 5:
+        return q.question, None
+    wrong = q.adversarial_answer or q.answer or "Yes"
+    h = int(hashlib.sha256(f"{seed}:{q.key}".encode()).hexdigest(), 16)
+    opts = {"a": CAT5_NOT_MENTIONED, "b": wrong} if h % 2 == 0 else {"a": wrong, "b": CAT5_NOT_MENTIONED}
+    return CAT5_TEMPLATE.format(question=q.question, a=opts["a"], b=opts["b"]), opts
+
+
+def map_cat5_reply(reply: str, options: dict[str, str], abstain: str | None = None) -> str:
+    """An adversarial question's reply as the option it names (LoCoMo maps "a" / "(a)" this way).
+
+    A reply that is only an option letter, with or without parentheses, becomes that option's
+    text; the reader's own abstention sentence (``abstain``, the protocol's "not in my memory"
+    reply) becomes "Not mentioned in the conversation"; anything else is kept as it is.
+
+    >>> opts = {"a": "Yes", "b": "Not mentioned in the conversation"}
+    >>> map_cat5_reply("(b)", opts), map_cat5_reply("a", opts), map_cat5_reply("Maybe", opts)
+    ('Not mentioned in the conversation', 'Yes', 'Maybe')
+    >>> map_cat5_reply("I don't know.", opts, abstain="I don't know.")
+    'Not mentioned in the conversation'
+    """
+    r = reply.strip().lower().rstrip(".")
+    if r in ("a", "(a)", "b", "(b)"):
+        return options[r.strip("()")]
+    if abstain and reply.strip() == abstain.strip():
+        return CAT5_NOT_MENTIONED
+    return reply
+
+
+def answer_questions(mags: Any, questions: Sequence[Question], *, system: str, seed: int = 0,
+                     progress: bool = True, extra: dict | None = None) -> list[dict]:
+    """Ask every question through ``mags.ask`` and score the reply (one row per question)."""
+    from tqdm.auto import tqdm
+
+    from ..protocol import ABSTAIN_ANSWER
+
+    rows = []
+    for q in tqdm(questions, desc=f"QA {system}", disable=not progress, leave=False):
+        text, opts = reader_question(q, seed)
+        r = mags.ask(text)
+        pred = map_cat5_reply(r.answer, opts, ABSTAIN_ANSWER) if opts else r.answer
+        rows.append({"system": system, "sample_id": q.sample_id, "question": q.index, "category": q.category,
+                     "prompt": text, "reply": r.answer, "prediction": pred, "gold": q.answer,
+                     "f1": qa_score(pred, q.answer, q.category),
+                     "context_recall": evidence_recall(q.evidence, [r.sources], 1),
+                     "memory_tokens": int(r.memory_tokens), "seconds": float(r.seconds), **(extra or {})})
+    return rows
+
+
+# ------------------------------------------------------------------------------------------------
+# summaries
+def _mean(xs: Sequence[Any]) -> float | None:
+    v = [float(x) for x in xs if x is not None and not (isinstance(x, float) and math.isnan(x))]
+    return float(np.mean(v)) if v else None
+
+
+def summarise_recall(rows: Sequence[dict], ks: Sequence[int] = (5, 10, 25)) -> list[dict]:
+    """Per retriever: recall@k per category and overall, latency p50/p95, memory tokens.
+
+    Questions without evidence (recall ``None``) are left out of the recall means and counted in
+    ``n_no_evidence``.
+    """
+    out = []
+    for name in dict.fromkeys(r["retriever"] for r in rows):
+        rs = [r for r in rows if r["retriever"] == name]
+        lat = np.array([r["latency_s"] for r in rs], dtype=float)
+        toks = [r["memory_tokens"] for r in rs if r["memory_tokens"] is not None]
+        d: dict[str, Any] = {"retriever": name, "n_questions": len(rs),
+                             "n_no_evidence": sum(r[f"recall@{ks[0]}"] is None for r in rs),
+                             "latency_p50_ms": float(np.percentile(lat, 50) * 1e3) if lat.size else None,
+                             "latency_p95_ms": float(np.percentile(lat, 95) * 1e3) if lat.size else None,
+                             "memory_tokens_mean": float(np.mean(toks)) if toks else None,
+                             "sources_per_item": _mean([r["sources_per_item"] for r in rs])}
+        for k in ks:
+            d[f"recall@{k}"] = _mean([r[f"recall@{k}"] for r in rs])
+            for c in CATEGORIES:
+                d[f"recall@{k} cat{c}"] = _mean([r[f"recall@{k}"] for r in rs if r["category"] == c])
+        for key in ("write", "speaker_mode", "embedder"):
+            vals = {r.get(key) for r in rs if r.get(key) is not None}
+            if vals:
+                d[key] = ", ".join(sorted(map(str, vals)))
+        out.append(d)
+    return out
+
+
+def summarise_qa(rows: Sequence[dict]) -> list[dict]:
+    """Per system: QA F1 per category and overall, memory tokens, seconds per question."""
+    out = []
+    for name in dict.fromkeys(r["system"] for r in rows):
+        rs = [r for r in rows if r["system"] == name]
+        d: dict[str, Any] = {"system": name, "n_questions": len(rs), "f1": _mean([r["f1"] for r in rs]),
+                             "context_recall": _mean([r["context_recall"] for r in rs]),
+                             "memory_tokens_mean": _mean([r["memory_tokens"] for r in rs]),
+                             "seconds_per_question": _mean([r["seconds"] for r in rs])}
+        for c in CATEGORIES:
+            d[f"f1 cat{c}"] = _mean([r["f1"] for r in rs if r["category"] == c])
+        out.append(d)
+    return out
+
+
+# ------------------------------------------------------------------------------------------------
+# the run
+@dataclass
+class BenchResult:
+    """Everything a run measured (rows are plain dicts; the notebook makes DataFrames)."""
+
+    config: LoCoMoBenchConfig
+    recall_rows: list[dict]
+    qa_rows: list[dict]
+    survival_rows: list[dict]
+    curve_rows: list[dict]
+    ingest: list[dict]
+    skipped: list[str]
+    quirks: dict[str, int]
+    embedders: list[dict]
+    memories: dict[str, Any] = field(default_factory=dict)  # "<sample_id>/<write>" -> MAGS (this process only)
+
+    def recall_summary(self) -> list[dict]:
+        return summarise_recall(self.recall_rows, self.config.ks)
+
+    def qa_summary(self) -> list[dict]:
+        return summarise_qa(self.qa_rows)
+
+    def metrics(self) -> dict:
+        """The headline numbers (``metrics.json``)."""
+        rec = {d["retriever"]: {k: v for k, v in d.items() if k != "retriever"} for d in self.recall_summary()}
+        qa = {d["system"]: {k: v for k, v in d.items() if k != "system"} for d in self.qa_summary()}
+        surv: dict[str, Any] = {}
+        for w in dict.fromkeys(r["write"] for r in self.survival_rows):
+            rs = [r for r in self.survival_rows if r["write"] == w]
+            per_conv = {}
+            for sid in dict.fromkeys(r["sample_id"] for r in rs):
+                cs = [r["alive"] for r in rs if r["sample_id"] == sid]
+                per_conv[sid] = float(np.mean(cs))
+            surv[w] = {"overall": float(np.mean([r["alive"] for r in rs])),
+                       "episode_alive": float(np.mean([r["episode_alive"] for r in rs])),
+                       "fact_alive": float(np.mean([r["fact_alive"] for r in rs])),
+                       "min_conversation": min(per_conv.values()), "per_conversation": per_conv}
+        return {"status": "done", "config": self.config.to_dict(), "recall": rec, "qa": qa,
+                "evidence_survival": surv, "ingest": self.ingest, "skipped": self.skipped,
+                "quirks": self.quirks, "embedders": self.embedders, "published": _jsonable(PUBLISHED)}
+
+
+def _jsonable(x: Any) -> Any:
+    if isinstance(x, dict):
+        return {str(k): _jsonable(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_jsonable(v) for v in x]
+    return x
+
+
+def _code_hash() -> str:
+    root = Path(__file__).resolve().parents[1]
+    h = hashlib.sha256()
+    for p in sorted(root.rglob("*.py")):
+        h.update(p.relative_to(root).as_posix().encode())
+        h.update(p.read_bytes())
+    return h.hexdigest()[:16]
+
+
+def _conv_hash(conv: Conversation) -> str:
+    h = hashlib.sha256()
+    for t in conv.turns:
+        h.update(f"{t.dia_id}\x00{t.render()}\x00{t.time.isoformat()}\x01".encode())
+    for q in conv.questions:
+        h.update(f"{q.index}\x00{q.question}\x00{q.answer}\x00{q.evidence}\x01".encode())
+    return h.hexdigest()[:16]
+
+
+class _SharedBackend:
+    """Another agent's backend for one role, loaded by that agent on first use (so agents that never
+    call a model never load one)."""
+
+    def __init__(self, owner: Any, role: str):
+        self._owner, self._role = owner, role
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._owner.backend(self._role), name)
+
+
+class _UnitCache:
+    """Finished units of work as JSON files keyed by their inputs and the library's code, so an
+    interrupted run resumes; a changed input, parameter or source file recomputes the unit."""
+
+    def __init__(self, folder: Path | None):
+        self.folder = folder
+        self.code = _code_hash() if folder is not None else ""
+
+    def _path(self, name: str, key: dict) -> Path | None:
+        if self.folder is None:
+            return None
+        digest = hashlib.sha256(json.dumps({**key, "code": self.code}, sort_keys=True, default=str).encode())
+        return self.folder / f"{name}-{digest.hexdigest()[:16]}.json"
+
+    def get(self, name: str, key: dict) -> dict | None:
+        p = self._path(name, key)
+        if p is None or not p.is_file():
+            return None
+        try:
+            return json.loads(p.read_text())
+        except ValueError:
+            return None  # a damaged file is recomputed
+
+    def put(self, name: str, key: dict, value: dict) -> None:
+        p = self._path(name, key)
+        if p is not None:
+            from ..repro import atomic_write_text
+
+            atomic_write_text(p, json.dumps(value, default=str))
+
+
+def run_benchmark(data: LoCoMo, config: LoCoMoBenchConfig, *, out_dir: str | Path | None = None,
+                  token_counter: Callable[[str], int] | None = None, mags_factory: Callable[..., Any] | None = None,
+                  progress: bool = True, keep_memories: int = 1) -> BenchResult:
+    """Run the benchmark described by ``config`` on ``data`` (see the module docstring).
+
+    Parameters
+    ----------
+    data : LoCoMo
+        From :func:`mags_lib.bench.locomo.load_locomo`.
+    config : LoCoMoBenchConfig
+    out_dir : path, optional
+        Where finished units are cached (``<out_dir>/units/``) so a rerun resumes; none: no cache.
+    token_counter : callable, optional
+        ``str -> int`` for memory tokens; default: the answer model's tokenizer (loads it).
+    mags_factory : callable, optional
+        ``(**MAGSConfig fields) -> MAGS``; default ``MAGS.default`` sharing one set of loaded backends.
+    keep_memories : int
+        How many MAGS memories to keep in ``BenchResult.memories`` (for drawing); the rest are closed.
+    """
+    from ..agent import MAGS
+    from ..models import ModelNotFoundError
+
+    cfg = config
+    convs = [truncate_conversation(c, cfg.max_sessions) for c in data.conversations
+             if not cfg.conversations or c.sample_id in cfg.conversations]
+    missing = set(cfg.conversations) - {c.sample_id for c in data.conversations}
+    if missing:
+        raise ValueError(f"unknown conversations {sorted(missing)}; the file has "
+                         f"{[c.sample_id for c in data.conversations]}")
+    skipped: list[str] = []
+    cache = _UnitCache(Path(out_dir) / "units" if out_dir is not None else None)
+
+    shared: dict[str, Any] = {}
+
+    def make_mags(**kw: Any) -> Any:
+        kw = {"seed": cfg.seed, "embedder": cfg.embedder, "dynamics": cfg.dynamics, **cfg.mags_kwargs, **kw}
+        if cfg.n_threads:
+            kw.setdefault("n_threads", cfg.n_threads)
+        if mags_factory is not None:
+            return mags_factory(**kw)
+        from ..agent import MAGSConfig
+
+        m = MAGS(MAGSConfig(**kw), embedder=embedder(cfg.embedder), backends=shared.get("backends"))
+        if "backends" not in shared:  # later agents share this one's models, loaded on first use
+            shared["backends"] = {r: _SharedBackend(m, r) for r in ("ask", "write", "answer")}
+            shared["owner"] = m
+        return m
+
+    if token_counter is None:
+        def token_counter(s: str, _cache: dict = {}) -> int:  # noqa: B006 - one tokenizer per run
+            if "b" not in _cache:
+                _cache["b"] = make_mags().backend("answer")
+            return int(_cache["b"].count_tokens(s))
+
+    embedders: dict[str, Any] = {}
+    emb_info: list[dict] = []
+    dense_names = [cfg.embedder, *[e for e in cfg.extra_embedders if e != cfg.embedder]]
+
+    def embedder(name: str) -> Any:
+        if name not in embedders:
+            embedders[name], info = bench_embedder(name)
+            emb_info.append(info)
+        return embedders[name]
+
+    unavailable: set[str] = set()  # extra embedders whose package is missing (their rows are skipped)
+
+    def evict(text: str) -> None:
+        """Forget ``text`` in the embedders' caches (MiniLM keeps an LRU cache of encoded texts)."""
+        for e in embedders.values():
+            cache_ = getattr(e, "_cache", None)
+            if cache_ is not None:
+                cache_.pop(text, None)
+
+    by_len = sorted(convs, key=lambda c: (c.n_turns, c.sample_id))
+    model_convs = {c.sample_id for c in by_len[: cfg.model_conversations]} if "model" in cfg.mags_writes else set()
+    modes_ok = memory_modes_available()
+    other_modes = [s for s in cfg.qa_systems if s != "graph"]
+    if other_modes and not modes_ok:
+        skipped.append(f"QA with memory modes {other_modes}: MAGSConfig has no `memory` field yet "
+                       "(the agent's memory modes are not implemented); run again when it exists")
+    if "model" in cfg.mags_writes and cfg.model_conversations < len(convs):
+        rest = [c.sample_id for c in by_len[cfg.model_conversations:]]
+        skipped.append(f"MAGS with the write model on {len(rest)} conversations ({', '.join(rest)}): "
+                       f"model_conversations={cfg.model_conversations} (cost per turn in `ingest`)")
+
+    recall_rows: list[dict] = []
+    qa_rows: list[dict] = []
+    survival_rows: list[dict] = []
+    curve_rows: list[dict] = []
+    ingest: list[dict] = []
+    memories: dict[str, Any] = {}
+    t_start = time.perf_counter()
+    for ci, conv in enumerate(convs):
+        qa_qs = select_questions(conv.questions, cfg.qa_questions, cfg.seed)
+        evidence = {d for q in conv.questions for d in q.evidence}
+        base_key = {"conv": _conv_hash(conv), "ks": list(cfg.ks), "latency_k": cfg.latency_k}
+        if progress:
+            print(f"[{ci + 1}/{len(convs)}] {conv.sample_id}: {conv.n_turns} turns, {len(conv.questions)} "
+                  f"questions ({len(qa_qs)} read), {time.perf_counter() - t_start:.0f} s so far", flush=True)
+        # -- turn retrievers --------------------------------------------------------------------
+        key = {**base_key, "unit": "turns", "dense": dense_names, "bm25": cfg.bm25, "hybrid": cfg.hybrid,
+               "rrf": [cfg.rrf_k, cfg.rrf_depth]}
+        unit = cache.get(f"{conv.sample_id}-turns", key)
+        if unit is None:
+            docs = turn_docs(conv)
+            rows: list[dict] = []
+            bm25 = BM25Retriever().fit(docs) if (cfg.bm25 or cfg.hybrid) else None
+            if cfg.bm25:
+                rows += evaluate_retriever(bm25, conv.questions, ks=cfg.ks, latency_k=cfg.latency_k,
+                                           token_counter=token_counter, before_timed=evict, extra={"embedder": None})
+            for name in dense_names:
+                if name in unavailable:
+                    continue
+                try:
+                    emb = embedder(name)
+                except ModelNotFoundError as e:
+                    if name == cfg.embedder:
+                        raise  # MAGS needs it too
+                    unavailable.add(name)
+                    skipped.append(f"dense retrieval with {name!r}: {e}")
+                    continue
+                dense = DenseRetriever(emb, name=f"dense-{name}").fit(docs)
+                rows += evaluate_retriever(dense, conv.questions, ks=cfg.ks, latency_k=cfg.latency_k,
+                                           token_counter=token_counter, before_timed=evict, extra={"embedder": name})
+                if cfg.hybrid and bm25 is not None:
+                    rrf = RRFRetriever([bm25, dense], k=cfg.rrf_k, depth=cfg.rrf_depth,
+                                       name=f"rrf(bm25+dense-{name})")
+                    rows += evaluate_retriever(rrf, conv.questions, ks=cfg.ks, latency_k=cfg.latency_k,
+                                               token_counter=token_counter, before_timed=evict, extra={"embedder": name})
+            unit = {"rows": rows}
+            cache.put(f"{conv.sample_id}-turns", key, unit)
+        recall_rows += unit["rows"]
+        # -- MAGS memories ----------------------------------------------------------------------
+        for write in cfg.mags_writes:
+            if write == "model" and conv.sample_id not in model_convs:
+                continue
+            label = f"mags ({'write model' if write == 'model' else 'episodes only'})"
+            key = {**base_key, "unit": "mags", "write": write, "embedder": cfg.embedder, "dynamics": cfg.dynamics,
+                   "mags_kwargs": cfg.mags_kwargs, "seed": cfg.seed, "qa": [q.index for q in qa_qs],
+                   "graph_qa": "graph" in cfg.qa_systems}
+            unit = cache.get(f"{conv.sample_id}-mags-{write}", key)
+            if unit is None:
+                m = make_mags()
+                mb = build_memory(m, conv, write=write, evidence=evidence, progress=progress)
+                extra = {"write": write, "speaker_mode": mb.speaker_mode, "embedder": cfg.embedder}
+                rows = evaluate_retriever(MAGSRetriever(m, name=label), conv.questions, ks=cfg.ks,
+                                          latency_k=cfg.latency_k, token_counter=token_counter, before_timed=evict, extra=extra)
+                qrows = (answer_questions(m, qa_qs, system=f"graph: {label}", seed=cfg.seed, progress=progress,
+                                          extra={"write": write}) if "graph" in cfg.qa_systems else [])
+                unit = {"rows": rows, "qa": qrows, "survival": mb.survival, "curve": mb.curve,
+                        "ingest": {"sample_id": conv.sample_id, "write": write, "turns": mb.n_turns,
+                                   "seconds": mb.seconds, "seconds_per_turn": mb.seconds_per_turn,
+                                   "speaker_mode": mb.speaker_mode, "graph": m.graph.stats()}}
+                cache.put(f"{conv.sample_id}-mags-{write}", key, unit)
+                if len(memories) < keep_memories:
+                    memories[f"{conv.sample_id}/{write}"] = m
+                elif m is not shared.get("owner"):
+                    m.close()
+            recall_rows += unit["rows"]
+            qa_rows += unit["qa"]
+            survival_rows += unit["survival"]
+            curve_rows += unit["curve"]
+            ingest.append(unit["ingest"])
+        # -- reader with the agent's other memory modes -----------------------------------------
+        if modes_ok:
+            for mode in other_modes:
+                key = {**base_key, "unit": "qa", "mode": mode, "seed": cfg.seed, "qa": [q.index for q in qa_qs],
+                       "mags_kwargs": cfg.mags_kwargs, "embedder": cfg.embedder}
+                unit = cache.get(f"{conv.sample_id}-qa-{mode}", key)
+                if unit is None:
+                    m = make_mags(memory=mode)
+                    t0 = time.perf_counter()
+                    speaker_arg = _accepts(m.observe, "speaker")
+                    for t in conv.turns:
+                        kw = {"speaker": t.speaker} if speaker_arg else {}
+                        m.observe(t.utterance() if speaker_arg else t.render(), source=t.dia_id, time=_iso(t), **kw)
+                    secs = time.perf_counter() - t0
+                    unit = {"qa": answer_questions(m, qa_qs, system=mode, seed=cfg.seed, progress=progress),
+                            "ingest": {"sample_id": conv.sample_id, "write": f"memory={mode}",
+                                       "turns": conv.n_turns, "seconds": secs,
+                                       "seconds_per_turn": secs / max(1, conv.n_turns)}}
+                    cache.put(f"{conv.sample_id}-qa-{mode}", key, unit)
+                    if m is not shared.get("owner"):
+                        m.close()
+                qa_rows += unit["qa"]
+                ingest.append(unit["ingest"])
+    return BenchResult(config=cfg, recall_rows=recall_rows, qa_rows=qa_rows, survival_rows=survival_rows,
+                       curve_rows=curve_rows, ingest=ingest, skipped=skipped, quirks=dict(data.quirks),
+                       embedders=emb_info, memories=memories)
+
+
+# ------------------------------------------------------------------------------------------------
+def main(argv: Sequence[str] | None = None) -> int:
+    from ..repro import atomic_write_text, run_dir
+    from .locomo import load_locomo
+
+    p = argparse.ArgumentParser(prog="python -m mags_lib.bench.locomo_eval", description=__doc__.split("\n")[0])
+    p.add_argument("--data", default=None, help="path of locomo10.json (default ../shared/data/locomo/)")
+    p.add_argument("--profile", choices=sorted(PROFILES), default="default")
+    p.add_argument("--run-tag", default=None, help="results/<run_tag>/70_locomo_benchmark/ (default: profile)")
+    p.add_argument("--out", default=None, help="output folder (overrides --run-tag)")
+    p.add_argument("--conversations", default="", help="comma-separated sample ids (default: the profile's)")
+    p.add_argument("--extra-embedders", default="", help="comma-separated, e.g. e5-small")
+    p.add_argument("--writes", default="episodes,model")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--threads", type=int, default=0)
+    a = p.parse_args(argv)
+    try:
+        data = load_locomo(a.data)
+    except FileNotFoundError as e:
+        print(f"skipped: {e}", file=sys.stderr)
+        return 0
+    over: dict[str, Any] = {"seed": a.seed, "n_threads": a.threads, "mags_writes": tuple(a.writes.split(","))}
+    if a.conversations:
+        over["conversations"] = tuple(a.conversations.split(","))
+    if a.extra_embedders:
+        over["extra_embedders"] = tuple(a.extra_embedders.split(","))
+    cfg = LoCoMoBenchConfig.for_profile(a.profile, **over)
+    out = Path(a.out) if a.out else run_dir(a.run_tag or a.profile, "70_locomo_benchmark")
+    res = run_benchmark(data, cfg, out_dir=out)
+    atomic_write_text(out / "metrics.json", json.dumps(res.metrics(), indent=1, default=str) + "\n")
+    for d in res.recall_summary():
+        print(f"{d['retriever']:>32}  " + "  ".join(f"R@{k} {d[f'recall@{k}']:.3f}" for k in cfg.ks)
+              + f"  p95 {d['latency_p95_ms']:.1f} ms  tokens {d['memory_tokens_mean'] or 0:.0f}")
+    for d in res.qa_summary():
+        print(f"QA {d['system']:>40}  F1 {d['f1']:.3f}  n={d['n_questions']}")
+    for s in res.skipped:
+        print(f"skipped: {s}")
+    print(f"wrote {out / 'metrics.json'}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

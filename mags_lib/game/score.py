@@ -1,0 +1,99 @@
+"""The game's scorer, exactly as DESIGN.md defines it.
+
+A response is normalised like every text of the project (:func:`mags_lib.protocol.normalize_text`:
+lower case, punctuation replaced by spaces, the articles a/an/the removed, whitespace collapsed).
+A question with aliases is answered correctly when one normalised alias occurs in the normalised
+response as a **whole-word run** (``"cat"`` does not match ``"category"``; ``"teal bridge"`` matches
+``"under the Teal Bridge."``). An ``abstain`` question (no aliases) is answered correctly when the
+response says that the information is unknown or not in memory: one of :data:`ABSTAIN_PHRASES`,
+normalised the same way, occurs as a whole-word run.
+
+>>> is_correct("They eat frozen lemons.", ["frozen lemons", "lemons"])
+True
+>>> is_correct("A category", ["cat"])
+False
+>>> is_correct("I don't know: that is not in my memory.", [])
+True
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from ..protocol import ABSTAIN_ANSWER, normalize_text
+
+__all__ = ["ABSTAIN_PHRASES", "abstains", "contains_run", "is_correct", "matched_alias", "normalize"]
+
+ABSTAIN_PHRASES: tuple[str, ...] = (
+    ABSTAIN_ANSWER,  # what the answer prompt tells the reader to say
+    "not in my memory", "not in memory", "not in the memory", "no memory of",
+    "i don't know", "i do not know", "i dont know", "don't know", "do not know",
+    "i don't remember", "i do not remember", "can't remember", "cannot remember",
+    "no information", "no relevant facts", "no relevant information", "not enough information",
+    "i'm not sure", "i am not sure", "not sure",
+    "unknown", "not known", "no idea", "no record", "not mentioned", "never mentioned",
+    "wasn't mentioned", "was not mentioned", "haven't been told", "have not been told", "wasn't told",
+    "was not told", "can't answer", "cannot answer", "can't tell", "cannot tell", "cannot say", "can't say",
+    "does not say", "doesn't say", "do not have that information", "don't have that information",
+    "don't have information", "do not have information",
+)
+"""Phrases that count as "the information is unknown / not in memory" (matched after normalisation)."""
+
+
+def normalize(text: str) -> str:
+    """The scorer's normalisation (the project's :func:`~mags_lib.protocol.normalize_text`).
+
+    >>> normalize("  The Teal-Bridge!  ")
+    'teal bridge'
+    """
+    return normalize_text(text)
+
+
+def contains_run(haystack: str, needle: str) -> bool:
+    """Whether normalised ``needle`` occurs in normalised ``haystack`` as a run of whole words.
+
+    >>> contains_run("under the Teal Bridge", "teal bridge"), contains_run("category", "cat")
+    (True, False)
+    """
+    n = normalize(needle)
+    return bool(n) and f" {n} " in f" {normalize(haystack)} "
+
+
+_ABSTAIN_NORM = tuple(dict.fromkeys(normalize(p) for p in ABSTAIN_PHRASES))
+
+
+def abstains(response: str) -> bool:
+    """Whether a response says the information is unknown or not in memory.
+
+    >>> abstains("Sorry, I do not know."), abstains("They live in Porto.")
+    (True, False)
+    """
+    r = f" {normalize(response)} "
+    return any(f" {p} " in r for p in _ABSTAIN_NORM)
+
+
+def matched_alias(response: str, aliases: Sequence[str]) -> str | None:
+    """The first alias found in the response as a whole-word run, or None."""
+    r = f" {normalize(response)} "
+    for a in aliases:
+        n = normalize(a)
+        if n and f" {n} " in r:
+            return a
+    return None
+
+
+def is_correct(response: str, aliases: Sequence[str], kind: str | None = None) -> bool:
+    """Score one response.
+
+    Parameters
+    ----------
+    response : str
+        What the system answered.
+    aliases : sequence of str
+        Accepted answers; empty for an ``abstain`` question.
+    kind : str, optional
+        The question's kind; ``"abstain"`` (or an empty alias list) scores abstention.
+    """
+    if kind == "abstain" or not aliases:
+        return abstains(response)
+    return matched_alias(response, aliases) is not None

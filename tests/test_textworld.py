@@ -1,0 +1,431 @@
+"""TextWorld games: specs, the engine's state, questions from what the player witnessed, scoring, the agent.
+
+The first half needs no engine (hand-made states and trajectories, values checked by hand). The
+second half plays real games through TextWorld and jericho: a three-room game built with
+TextWorld's GameMaker (compiled once per module) and generated games; it is skipped, in one line,
+when TextWorld is not installed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from mags_lib import textworld as T
+from mags_lib.textworld import INVENTORY, GameSpec, QuestionConfig, Step, Witness, WorldState
+
+
+# ------------------------------------------------------------------------------------------------
+# hand-made states (the engine's facts faked with the same shape: named, typed variables)
+@dataclass(frozen=True)
+class V:
+    name: str
+    type: str
+
+
+@dataclass(frozen=True)
+class F:
+    name: str
+    arguments: tuple
+
+
+def facts(*spec):
+    """("at", ("key", "k"), ("kitchen", "r")) -> a Proposition-like fact."""
+    return [F(name, tuple(V(*a) for a in args)) for name, *args in spec]
+
+
+P, I = ("P", "P"), ("I", "I")
+KITCHEN, HALL, GARDEN = ("kitchen", "r"), ("hall", "r"), ("garden", "r")
+MAP = [("north_of", HALL, KITCHEN), ("south_of", KITCHEN, HALL), ("east_of", GARDEN, HALL),
+       ("west_of", HALL, GARDEN)]
+
+
+def state(player, *located, opened=("chest",)):
+    """A three-room world: kitchen -north-> hall -east-> garden; chest in the hall, drawer (closed) in the garden."""
+    base = [("at", P, player), ("at", ("chest", "c"), HALL), ("at", ("drawer", "c"), GARDEN),
+            ("in", ("spoon", "o"), ("drawer", "c")), ("in", ("coin", "o"), ("drawer", "c")),
+            ("at", ("table", "s"), GARDEN)]
+    base += [("open", ("chest", "c"))] if "chest" in opened else []
+    return WorldState.from_facts(facts(*MAP, *base, *located))
+
+
+def step(i, command, text, st):
+    return Step(index=i, command=command, text=text, state=st, admissible=[])
+
+
+KEY_KITCHEN = ("at", ("key", "k"), KITCHEN)
+APPLE_CHEST = ("in", ("apple", "f"), ("chest", "c"))
+ENTITIES = ["apple", "chest", "coin", "drawer", "garden", "hall", "key", "kitchen", "spoon", "table"]
+
+
+def trajectory():
+    """Take the key in the kitchen, go north, put it in the open chest, go east, then walk about."""
+    return [
+        step(0, None, "Find the coin!\n-= Kitchen =-\nThere is a key on the floor.",
+             state(KITCHEN, KEY_KITCHEN, APPLE_CHEST)),
+        step(1, "take key", "You pick up the key.", state(KITCHEN, ("in", ("key", "k"), I), APPLE_CHEST)),
+        step(2, "go north", "-= Hall =-\nYou see an open chest. The chest contains an apple.",
+             state(HALL, ("in", ("key", "k"), I), APPLE_CHEST)),
+        step(3, "put key in chest", "You put the key into the chest.",
+             state(HALL, ("in", ("key", "k"), ("chest", "c")), APPLE_CHEST)),
+        step(4, "go east", "-= Garden =-\nYou see a drawer and a table.",
+             state(GARDEN, ("in", ("key", "k"), ("chest", "c")), APPLE_CHEST)),
+        step(5, "inventory", "You are carrying nothing.",
+             state(GARDEN, ("in", ("key", "k"), ("chest", "c")), APPLE_CHEST)),
+    ]
+
+
+def witnessed(steps):
+    w = Witness()
+    for s in steps:
+        w.update(s, ENTITIES)
+    return w
+
+
+def by_question(qs):
+    return {q["ask"]: q for q in qs}
+
+
+# ------------------------------------------------------------------------------------------------
+def test_spec_validation_and_names():
+    assert GameSpec(kind="cooking", n_rooms=6, recipe=2, take=1, seed=4).name == "tw-cooking-r6-i2t1o-s4"
+    assert GameSpec(kind="custom", n_rooms=3, n_objects=5, quest_length=2).name == "tw-custom-r3-o5-q2-s0"
+    for bad in (dict(kind="maze"), dict(kind="cooking", n_rooms=5), dict(n_rooms=0), dict(seed=-1),
+                dict(kind="cooking", n_rooms=6, recipe=1, take=2), dict(mode="insane")):
+        with pytest.raises(ValueError):
+            GameSpec(**bad)
+    assert GameSpec(seed=1).key() != GameSpec(seed=2).key()
+    assert GameSpec(seed=1).key() == GameSpec(seed=1).key()
+
+
+def test_clean_text_drops_banner_prompt_and_status_bar():
+    raw = ("  ________  ________\n |        \\|        \\\n  \\$$$$$$$$| $$$$$$$$\n\nWelcome! Find the key.\n\n\n\n"
+           "-= Kitchen =-\nA kitchen.\n\n>     -= Kitchen =-0/1")
+    assert T.clean_text(raw) == "Welcome! Find the key.\n\n-= Kitchen =-\nA kitchen."
+
+
+def test_world_state_from_facts_holders_exits_and_visibility():
+    s = state(HALL, KEY_KITCHEN, APPLE_CHEST, ("in", ("coin", "o"), I))
+    assert s.player == "hall"
+    assert s.holders["key"] == "kitchen" and s.holders["apple"] == "chest" and s.holders["coin"] == INVENTORY
+    assert s.exits[("kitchen", "north")] == "hall" and s.exits[("hall", "east")] == "garden"
+    assert s.exits[("hall", "south")] == "kitchen"
+    assert s.kinds["chest"] == "container" and s.kinds["table"] == "supporter" and s.kinds["hall"] == "room"
+    # in the hall: the chest and what the open chest holds, and what is carried; not the kitchen's key
+    assert s.visible() == {"chest", "apple", "coin"}
+    assert s.room_of("apple") == "hall" and s.room_of("coin") is None
+    # the drawer is closed: its spoon is not visible from the garden
+    g = state(GARDEN, APPLE_CHEST)
+    assert "spoon" not in g.visible() and {"drawer", "table"} <= g.visible()
+    closed = state(HALL, APPLE_CHEST, opened=())
+    assert "apple" not in closed.visible()
+    with pytest.raises(ValueError, match="player"):
+        WorldState.from_facts(facts(*MAP))
+
+
+def test_witness_records_holders_changes_and_exits():
+    w = witnessed(trajectory())
+    assert w.history["key"] == [(0, "kitchen"), (1, INVENTORY), (3, "chest")]
+    assert w.n_changes("key") == 2 and w.inventory_removals == 1
+    assert w.history["apple"] == [(2, "chest")] and w.known_contents("chest") == ["apple", "key"]
+    assert w.edges[("kitchen", "north")] == ("hall", 2) and w.edges[("hall", "south")] == ("kitchen", 2)
+    assert w.edges[("hall", "east")] == ("garden", 4)
+    assert "spoon" not in w.mentioned  # in a closed drawer, never named
+    assert w.route("garden", "kitchen") == ["west", "south"]
+    assert w.route("kitchen", "nowhere") is None
+
+
+def test_questions_from_a_hand_made_trajectory():
+    steps = trajectory()
+    w = witnessed(steps)
+    qs = by_question(T.questions_at(w, steps[-1].state, entities=ENTITIES, config=QuestionConfig(retention_gap=3)))
+    # moved twice since first seen: an update; the old places (kitchen, carried) are not the answer
+    assert qs["Where is the key?"]["answer"] == ["chest"] and qs["Where is the key?"]["kind"] == "update"
+    assert qs["Where is the key?"]["n_changes"] == 2
+    # seen at step 2, asked at step 5 with gap 3: retention
+    assert qs["Where is the apple?"]["answer"] == ["chest"] and qs["Where is the apple?"]["kind"] == "retention"
+    assert qs["Where is the apple?"]["distance"] == 3
+    # the chest's contents changed (the key went in): update, answer any of them
+    assert qs["What is in the chest?"]["answer"] == ["apple", "key"]
+    assert qs["What is in the chest?"]["kind"] == "update"
+    # exits: walked at step 2 (distance 3: retention) and step 4 (distance 1: recall)
+    assert qs["Which room lies north of the kitchen?"]["answer"] == ["hall"]
+    assert qs["Which room lies north of the kitchen?"]["kind"] == "retention"
+    assert qs["Which room lies west of the garden?"]["kind"] == "recall"
+    # carried something then put it away: "nothing" is the answer, an update
+    assert qs["What are you carrying?"]["answer"][0] == "nothing"
+    assert qs["What are you carrying?"]["kind"] == "update"
+    # the spoon was never seen: abstain; the drawer was seen: where, not abstain
+    assert qs["Where is the spoon?"]["kind"] == "abstain" and qs["Where is the spoon?"]["answer"] == []
+    assert qs["Where is the drawer?"]["answer"] == ["garden"]
+    # the coin was named (by the task) but never perceived: its place is unknown, yet it is no abstain
+    assert "Where is the coin?" not in qs
+    # the drawer holds an unseen spoon: its contents are not asked
+    assert "What is in the drawer?" not in qs
+    # nothing is asked about exits never walked
+    assert "Which room lies east of the kitchen?" not in qs
+
+
+def test_no_question_about_a_move_the_player_did_not_witness():
+    steps = trajectory()
+    w = witnessed(steps)
+    # the engine says the apple is now in the kitchen, but the player never saw it go there
+    moved = state(GARDEN, ("in", ("key", "k"), ("chest", "c")), ("at", ("apple", "f"), KITCHEN))
+    qs = by_question(T.questions_at(w, moved, entities=ENTITIES))
+    assert "Where is the apple?" not in qs
+    assert "What is in the chest?" not in qs  # its true contents (the key) differ from the witnessed ones
+    assert qs["Where is the key?"]["answer"] == ["chest"]
+
+
+def test_question_config_and_play_config_checks():
+    with pytest.raises(ValueError):
+        QuestionConfig(ask_every=0)
+    with pytest.raises(ValueError):
+        QuestionConfig(kinds=("where", "colour"))
+    with pytest.raises(ValueError):
+        T.PlayConfig(policy="teleport")
+    with pytest.raises(ValueError):
+        T.PlayConfig(start_time="yesterday")
+    assert T.PlayConfig().time_of(0) == "2024-01-01T09:00"
+    assert T.PlayConfig().time_of(75) == "2024-01-01T10:15"
+
+
+@pytest.mark.parametrize("response, aliases, expected", [
+    ("It is in the wooden chest.", ["wooden chest"], True),  # whole-word run after normalisation
+    ("It is in the chest.", ["wooden chest"], False),  # a shorter run is not the alias
+    ("The chestnut.", ["chest"], False),  # no partial words
+    ("You are carrying nothing.", ["nothing", "empty handed"], True),
+    ("I don't know: that is not in my memory.", [], True),  # abstain
+    ("In the hall.", [], False),  # an answer where none was known
+])
+def test_score_answer(response, aliases, expected):
+    assert T.score_answer(response, aliases, "abstain" if not aliases else "recall") is expected
+
+
+def test_accuracy_table_counts_and_intervals():
+    rows = [{"kind": "recall", "correct": True}] * 8 + [{"kind": "recall", "correct": False}] * 2 + \
+           [{"kind": "update", "correct": False}] * 5
+    t = T.accuracy_table(rows, n_boot=500, seed=0).set_index("kind")
+    assert t.loc["recall", "n"] == 10 and t.loc["recall", "accuracy"] == pytest.approx(0.8)
+    assert t.loc["update", "accuracy"] == 0.0 and t.loc["update", "ci_high"] == 0.0
+    assert t.loc["overall", "accuracy"] == pytest.approx(8 / 15)
+    assert 0.4 <= t.loc["recall", "ci_low"] < 0.8 < t.loc["recall", "ci_high"] <= 1.0
+
+
+def test_perfect_memory_answers_from_what_was_witnessed():
+    pm = T.PerfectMemory(ENTITIES)
+    for s in trajectory():
+        pm.witness_step(s)
+    assert T.score_answer(pm.ask("Where is the key?"), ["chest"])
+    assert T.score_answer(pm.ask("Where is the spoon?"), [])
+    assert T.score_answer(pm.ask("Which room lies east of the hall?"), ["garden"])
+    assert pm.ask("Which way from the garden leads to the kitchen?") == "Go west."
+
+
+# ------------------------------------------------------------------------------------------------
+# the real engine
+needs_tw = pytest.mark.skipif(not T.textworld_available(), reason=T.skip_reason() or "")
+
+
+def _tiny_game(folder: Path) -> T.GameFile:
+    """Three rooms (kitchen -north-> hall -east-> garden); key on the kitchen floor, an apple in a
+    closed chest in the hall, a table in the garden, a spoon in a closed drawer; quest: take the apple."""
+    import textworld
+    from textworld import GameMaker
+
+    M = GameMaker()
+    kitchen, hall, garden = M.new_room("kitchen"), M.new_room("hall"), M.new_room("garden")
+    M.connect(kitchen.north, hall.south)
+    M.connect(hall.east, garden.west)
+    M.set_player(kitchen)
+    chest = M.new(type="c", name="chest")
+    chest.add_property("closed")
+    hall.add(chest)
+    key = M.new(type="k", name="key")
+    kitchen.add(key)
+    apple = M.new(type="f", name="apple")
+    chest.add(apple)
+    garden.add(M.new(type="s", name="table"))
+    drawer = M.new(type="c", name="drawer")
+    drawer.add_property("closed")
+    garden.add(drawer)
+    drawer.add(M.new(type="o", name="spoon"))
+    M.set_quest_from_commands(["go north", "open chest", "take apple from chest"])
+    game = M.build()
+    T._compile(game, folder)
+    del textworld
+    return T.load_game(folder / "game.z8")
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    if not T.textworld_available():
+        pytest.skip(T.skip_reason())
+    return _tiny_game(tmp_path_factory.mktemp("tw") / "tiny")
+
+
+SCRIPT = ["take key", "go north", "open chest", "put key in chest", "go east", "go west", "go south", "go north",
+          "go east"]
+
+
+@pytest.fixture(scope="module")
+def tiny_play(tiny):
+    with T.TWGame(tiny) as g:
+        steps = [g.reset()]
+        for cmd in SCRIPT:
+            steps.append(g.step(cmd))
+        return steps, g.entities
+
+
+@needs_tw
+def test_real_engine_state_and_questions_on_the_three_room_game(tiny_play):
+    steps, entities = tiny_play
+    assert set(entities) >= {"kitchen", "hall", "garden", "key", "apple", "chest", "spoon", "drawer", "table"}
+    s0 = steps[0].state
+    assert s0.player == "kitchen" and s0.holders["key"] == "kitchen" and s0.holders["apple"] == "chest"
+    assert s0.exits[("kitchen", "north")] == "hall" and s0.exits[("hall", "east")] == "garden"
+    assert "Kitchen" in steps[0].text and "$$" not in steps[0].text and ">" not in steps[0].text
+    assert steps[1].state.holders["key"] == INVENTORY
+    assert steps[4].state.holders["key"] == "chest" and "chest" in steps[4].state.open
+    assert not any(s.done for s in steps)
+    w = Witness()
+    for s in steps:
+        w.update(s, entities)
+    qs = by_question(T.questions_at(w, steps[-1].state, entities=entities, config=QuestionConfig(retention_gap=4)))
+    assert qs["Where is the key?"]["answer"] == ["chest"] and qs["Where is the key?"]["kind"] == "update"
+    assert sorted(qs["What is in the chest?"]["answer"]) == ["apple", "key"]
+    assert qs["Which room lies north of the kitchen?"]["answer"] == ["hall"]
+    assert qs["Which room lies east of the hall?"]["answer"] == ["garden"]
+    assert qs["Where is the spoon?"]["kind"] == "abstain"  # in the closed drawer, never seen
+    assert qs["Where is the table?"]["answer"] == ["garden"]
+    assert qs["What are you carrying?"]["kind"] == "update"
+
+
+@needs_tw
+def test_scorer_end_to_end_on_the_three_room_game(tiny, tiny_play):
+    steps, entities = tiny_play
+    cfg = T.PlayConfig(n_steps=len(SCRIPT), questions=QuestionConfig(ask_every=3, per_round=6, retention_gap=4))
+    sc = T.make_scenario(tiny, cfg, steps=steps, entities=entities)
+    asks = [e for e in sc["events"] if "ask" in e]
+    says = [e for e in sc["events"] if "say" in e]
+    assert len(says) == len(steps) and says[1]["say"].startswith("> take key")
+    assert says[3]["source"] == f"{tiny.name}:3" and says[3]["time"] == "2024-01-01T09:03"
+    kinds = {q["kind"] for q in asks}
+    assert {"update", "abstain", "recall"} <= kinds, kinds
+    assert set(sc) == {"name", "description", "events", "meta"}
+    assert len(sc["meta"]["families"]) == len(asks)
+    # a perfect memory of what the player saw answers every question
+    perfect = T.run_scenario(T.PerfectMemory(entities, steps), sc)
+    assert len(perfect) == len(asks) and all(r["correct"] for r in perfect), \
+        [r for r in perfect if not r["correct"]]
+
+    class Stale(T.PerfectMemory):
+        """Remembers where things were first seen, never where they went."""
+
+        def ask(self, question, time=None):
+            e = question[len("Where is the "):-1] if question.startswith("Where is the ") else None
+            if e in self.witness.history:
+                return f"In the {self.witness.history[e][0][1]}."
+            return super().ask(question, time)
+
+    class Forgetful:
+        def observe(self, text, source=None, time=None):
+            pass
+
+        def ask(self, question, time=None):
+            return "I don't know: that is not in my memory."
+
+    table = T.accuracy_table(T.run_scenario(Stale(entities, steps), sc), by="kind").set_index("kind")
+    where_updates = [r for r in T.run_scenario(Stale(entities, steps), sc)
+                     if r["kind"] == "update" and r["question"].startswith("Where is")]
+    assert where_updates and not any(r["correct"] for r in where_updates)
+    assert table.loc["overall", "accuracy"] < 1.0
+    none = T.accuracy_table(T.run_scenario(Forgetful(), sc), by="kind").set_index("kind")
+    assert none.loc["abstain", "accuracy"] == 1.0
+    assert none.loc["recall", "accuracy"] == 0.0 and none.loc["update", "accuracy"] == 0.0
+
+
+@needs_tw
+@pytest.mark.slow
+def test_same_seed_same_game_and_the_cache(tmp_path):
+    spec = GameSpec(kind="treasure_hunter", n_rooms=3, quest_length=2, seed=5)
+    a, b = T.build_game(spec).serialize(), T.build_game(spec).serialize()
+    assert a == b
+    other = T.build_game(GameSpec(kind="treasure_hunter", n_rooms=3, quest_length=2, seed=6)).serialize()
+    assert other != a
+    custom = GameSpec(kind="custom", n_rooms=2, n_objects=3, quest_length=1, seed=2)
+    assert T.build_game(custom).serialize() == T.build_game(custom).serialize()
+    gf = T.make_game(spec, cache_dir=tmp_path)
+    assert gf.path.is_file() and gf.json_path.is_file() and gf.name == spec.name
+    mtime = gf.path.stat().st_mtime_ns
+    again = T.make_game(spec, cache_dir=tmp_path)
+    assert again.path == gf.path and again.path.stat().st_mtime_ns == mtime  # reused, not recompiled
+    assert T.load_game(gf.path).spec == spec
+    # the same game plays the same: same texts, same states, under the same policy seed
+    s1, _ = T.play(gf, T.PlayConfig(n_steps=6), seed=1)
+    s2, _ = T.play(gf, T.PlayConfig(n_steps=6), seed=1)
+    assert [(s.command, s.text, s.state) for s in s1] == [(s.command, s.text, s.state) for s in s2]
+    assert not s1[-1].done  # avoid_win keeps the game going
+
+
+@needs_tw
+def test_missing_foreign_and_corrupt_game_files(tmp_path, tiny):
+    with pytest.raises(T.GameFileError, match="does not exist"):
+        T.load_game(tmp_path / "nope.z8")
+    (tmp_path / "game.txt").write_text("hello")
+    with pytest.raises(T.GameFileError, match="unsupported game format"):
+        T.load_game(tmp_path / "game.txt")
+    (tmp_path / "old.ulx").write_bytes(b"Glul" + bytes(60))
+    with pytest.raises(T.GameFileError, match="Glulx"):
+        T.load_game(tmp_path / "old.ulx")
+    foreign = tmp_path / "zork.z5"
+    foreign.write_bytes(tiny.path.read_bytes())
+    with pytest.raises(T.GameFileError, match="no zork.json"):
+        T.load_game(foreign)
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    (bad / "game.z8").write_bytes(b"\x00garbage" * 20)
+    (bad / "game.json").write_text(tiny.json_path.read_text())
+    with pytest.raises(T.GameFileError, match="not a Z-machine game"):
+        T.load_game(bad / "game.z8")
+    cut = tmp_path / "cut"
+    cut.mkdir()
+    (cut / "game.z8").write_bytes(tiny.path.read_bytes()[:4096])
+    (cut / "game.json").write_text(tiny.json_path.read_text())
+    with pytest.raises(T.GameFileError, match="truncated"):
+        T.load_game(cut / "game.z8")
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    (broken / "game.z8").write_bytes(tiny.path.read_bytes())
+    (broken / "game.json").write_text("{not json")
+    with pytest.raises(T.GameFileError, match="corrupt"):
+        T.load_game(broken / "game.z8")
+
+
+@needs_tw
+@pytest.mark.slow
+def test_ulx_with_its_json_is_recompiled_to_z8(tmp_path, tiny):
+    ulx = tmp_path / "old.ulx"
+    ulx.write_bytes(b"Glul" + bytes(60))
+    (tmp_path / "old.json").write_text(tiny.json_path.read_text())
+    gf = T.load_game(ulx, cache_dir=tmp_path / "cache")
+    assert gf.path.suffix == ".z8" and gf.path.is_file()
+    with T.TWGame(gf) as g:
+        assert g.reset().state.player == "kitchen"
+
+
+@needs_tw
+@pytest.mark.slow
+def test_memory_agent_uses_memory_to_finish_sooner(tiny):
+    """Second visit: the walk saw the apple in the chest; with perfect memory the agent goes straight there."""
+    cfg = T.AgentConfig(max_steps=25, seed=0, explore_first=8)
+    with_memory = T.run_episode(tiny, config=cfg, perfect_memory=True)
+    without = T.run_episode(tiny, None, cfg)
+    assert with_memory.won and with_memory.memory_moves >= 1 and with_memory.n_asks >= 1
+    assert not without.use_memory and without.n_asks == 0 and without.memory_moves == 0
+    assert with_memory.steps <= without.steps
+    assert with_memory.commands[-1] == "take apple from chest"
+    table = T.episode_table([{**vars(with_memory), "agent": "memory"}, {**vars(without), "agent": "none"}])
+    assert list(table["agent"]) == ["memory", "none"] and table["success"].iloc[0] == 1.0
