@@ -34,12 +34,13 @@ from __future__ import annotations
 import re
 import string
 from dataclasses import dataclass, field
-from typing import Iterable, Sequence
+from typing import Iterable, Mapping, Sequence
 
 __all__ = [
     "ROLES", "TAGS", "Op", "Parsed", "parse", "split_triplet", "escape_field", "serialize",
     "asks_to_text", "writes_to_text", "normalize_text", "normalize_triplet", "GRAMMARS", "grammar",
-    "SYSTEM_PROMPTS", "FEW_SHOT", "build_messages", "format_facts", "ABSTAIN_ANSWER",
+    "SYSTEM_PROMPTS", "TRAINED_SYSTEM_PROMPTS", "FEW_SHOT", "build_messages", "format_facts", "format_item",
+    "ABSTAIN_ANSWER",
 ]
 
 ROLES = ("ask", "write")
@@ -358,6 +359,15 @@ SYSTEM_PROMPTS: dict[str, str] = {
     ),
 }
 
+# A trained model's prompt: no few-shot block and a short system prompt (the role is learned, not
+# explained), so a training example and every later call cost few tokens. Which prompt a model was
+# trained with is recorded in its meta.json (see mags_lib.roles); the agent uses exactly that prompt.
+TRAINED_SYSTEM_PROMPTS: dict[str, str] = {
+    "write": "Store the facts of the input as <memory_write>subject,relation,object</memory_write> tags.",
+    "ask": "Turn what the input asks into <memory_ask>search query</memory_ask> tags.",
+    "answer": "Answer the question in a few words from the memory, or say it is not in memory.",
+}
+
 FEW_SHOT: dict[str, list[tuple[str, str]]] = {
     "write": [
         ("Trelms are green lizards that live in salt marshes.",
@@ -388,15 +398,83 @@ FEW_SHOT: dict[str, list[tuple[str, str]]] = {
 }
 
 
-def format_facts(facts: Sequence[str]) -> str:
-    """The memory block of the answer prompt (one numbered fact a line, or a 'no facts' line)."""
+def format_item(text: str, *, time: str | None = None, current: bool | None = None,
+                speaker: str | None = None) -> str:
+    """One recalled memory item as a line of the answer prompt's memory block.
+
+    The date comes first in parentheses when known; ``current=False`` marks a superseded fact
+    (``no longer true``); ``current=None`` or ``True`` adds no marker (a valid fact is the default);
+    ``speaker`` prefixes an episode with who said it. Whitespace in every part is collapsed, so an
+    item is always one line. The answer model is trained on exactly this format
+    (:mod:`mags_lib.data.answer`), so the agent must render recalled items with it.
+
+    Parameters
+    ----------
+    text : str
+        A fact (``"subject relation object"``) or an episode (the raw sentence).
+    time : str, optional
+        When it was observed, verbatim (``"2023-05-08"``, ``"8 May 2023"``, ...).
+    current : bool, optional
+        ``False`` for a fact that was superseded.
+    speaker : str, optional
+        Who said it (episodes).
+
+    Examples
+    --------
+    >>> format_item("Caroline moved to Boston", time="2023-05-08")
+    '(2023-05-08) Caroline moved to Boston'
+    >>> format_item("Caroline lives in Denver", time="2023-04-01", current=False)
+    '(2023-04-01, no longer true) Caroline lives in Denver'
+    >>> format_item("I work as a baker.", speaker="Odalie")
+    'Odalie: I work as a baker.'
+    >>> format_item("blorps  eat\\nlemons", current=False)
+    '(no longer true) blorps eat lemons'
+    """
+    if not isinstance(text, str) or not text.strip():
+        raise ValueError(f"a memory item needs non-empty text, got {text!r}")
+    if current not in (None, True, False):
+        raise TypeError(f"current must be True, False or None, got {current!r}")
+    line = " ".join(text.split())
+    if speaker is not None and str(speaker).strip():
+        line = f"{' '.join(str(speaker).split())}: {line}"
+    tags = []
+    if time is not None and str(time).strip():
+        tags.append(" ".join(str(time).split()))
+    if current is False:
+        tags.append("no longer true")
+    return f"({', '.join(tags)}) {line}" if tags else line
+
+
+def format_facts(facts: Sequence) -> str:
+    """The memory block of the answer prompt: one numbered item a line, or a 'no facts' line.
+
+    Each entry is a line of text (used as is, whitespace collapsed) or a mapping with the keywords
+    of :func:`format_item` (``text``, ``time``, ``current``, ``speaker``).
+
+    >>> print(format_facts(["blorps eat lemons", {"text": "blorps eat figs", "time": "2023-01-02",
+    ...                                           "current": False}]))
+    Memory:
+    1. blorps eat lemons
+    2. (2023-01-02, no longer true) blorps eat figs
+    >>> format_facts([])
+    'Memory: (no relevant facts)'
+    """
     if not facts:
         return "Memory: (no relevant facts)"
-    return "Memory:\n" + "\n".join(f"{i + 1}. {f}" for i, f in enumerate(facts))
+    lines = []
+    for f in facts:
+        if isinstance(f, str):
+            lines.append(" ".join(f.split()))
+        elif isinstance(f, Mapping):
+            lines.append(format_item(f.get("text", ""), time=f.get("time"), current=f.get("current"),
+                                     speaker=f.get("speaker")))
+        else:
+            raise TypeError(f"a memory item is a str or a mapping with 'text', got {type(f).__name__}")
+    return "Memory:\n" + "\n".join(f"{i + 1}. {line}" for i, line in enumerate(lines))
 
 
-def build_messages(role: str, text: str, *, few_shot: int = 0,
-                   facts: Sequence[str] | None = None) -> list[dict[str, str]]:
+def build_messages(role: str, text: str, *, few_shot: int = 0, facts: Sequence | None = None,
+                   system: str | None = None) -> list[dict[str, str]]:
     """Chat messages for ``role`` in ``("ask", "write", "answer", "router")``.
 
     Parameters
@@ -406,8 +484,11 @@ def build_messages(role: str, text: str, *, few_shot: int = 0,
         The input (for ``answer``: the question).
     few_shot : int
         How many of ``FEW_SHOT[role]`` to prepend as user/assistant turns (clipped to what exists).
-    facts : list of str, optional
-        Recalled facts, for the ``answer`` role only.
+    facts : list of str or mappings, optional
+        Recalled items, for the ``answer`` role only (see :func:`format_facts`).
+    system : str, optional
+        The system prompt (default ``SYSTEM_PROMPTS[role]``; a trained model's own prompt is
+        ``TRAINED_SYSTEM_PROMPTS[role]``, see :mod:`mags_lib.roles`).
 
     Examples
     --------
@@ -418,7 +499,7 @@ def build_messages(role: str, text: str, *, few_shot: int = 0,
         raise ValueError(f"unknown role {role!r}: use one of {sorted(SYSTEM_PROMPTS)}")
     if few_shot < 0:
         raise ValueError(f"few_shot must be >= 0, got {few_shot}")
-    msgs = [{"role": "system", "content": SYSTEM_PROMPTS[role]}]
+    msgs = [{"role": "system", "content": SYSTEM_PROMPTS[role] if system is None else system}]
     for inp, out in FEW_SHOT[role][:few_shot]:
         msgs.append({"role": "user", "content": inp})
         msgs.append({"role": "assistant", "content": out})
