@@ -209,10 +209,18 @@ def test_llamacpp_switches_the_exported_adapter_like_peft(work, ref, tmp_path):
         assert t.generate([msgs], max_new_tokens=N_NEW)[0].text == t_base
 
 
+def _trained_run(root, role, tag, adapter):
+    from mags_lib.roles import ROLE_SPECS
+
+    run = root / role / tag
+    shutil.copytree(adapter, run / "sft")
+    (run / "meta.json").write_text(json.dumps({"format": "mags-trained-model", "role": role, "final_stage": "sft",
+                                               "prompt": ROLE_SPECS[role].trained.to_dict()}))
+    return run
+
+
 def test_trained_layout_exports_and_resolves(work, tmp_path):
-    run = tmp_path / "ask" / "t1"
-    shutil.copytree(work.adapter, run / "sft")
-    (run / "meta.json").write_text(json.dumps({"format": "mags-trained-model", "role": "ask", "final_stage": "sft"}))
+    run = _trained_run(tmp_path, "ask", "t1", work.adapter)
     m = E.export_role("ask", "t1", E.ExportConfig(variants=("lora",)), models_root=tmp_path, progress=False)
     assert m["role"] == "ask" and m["run_tag"] == "t1" and m["stage"] == "sft"
     path = E.trained_gguf("ask", "t1", "lora", models_root=tmp_path)
@@ -220,6 +228,28 @@ def test_trained_layout_exports_and_resolves(work, tmp_path):
     with load_backend("llamacpp", model=path, n_threads=1, n_ctx=1024) as a, \
             load_backend("llamacpp", model=work.file("lora"), n_threads=1, n_ctx=1024) as b:
         assert a.generate([PROMPTS[1]], max_new_tokens=8)[0].text == b.generate([PROMPTS[1]], max_new_tokens=8)[0].text
+
+
+def test_mags_trained_models_run_on_the_exports_with_their_trained_prompts(work, tmp_path):
+    """MAGS.default(models="trained") on llama.cpp: every role's file is its export's default (Q8_0),
+    prompted with the trained prompt its run recorded; a stale export is refused."""
+    from mags_lib import MAGS
+    from mags_lib.roles import ROLE_SPECS
+
+    runs = {r: _trained_run(tmp_path, r, "t2", work.adapter) for r in ("ask", "write", "answer")}
+    for run in runs.values():
+        shutil.copytree(work.gguf, run / "gguf")  # the same adapter: the export of the module fixture
+    with MAGS.default(models="trained", trained_tag="t2", models_root=tmp_path, embedder="hash", n_threads=1,
+                      n_ctx=1024) as m:
+        assert {r: m.model_paths[r] for r in runs} == {r: str(run / "gguf" / E.FILES["q8_0"])
+                                                        for r, run in runs.items()}
+        assert m.prompt_spec("write") == ROLE_SPECS["write"].trained
+        o = m.observe("Blorps eat only frozen lemons.", source="D1:1")
+        a = m.ask("What do blorps eat?")
+        assert o.extraction.text is not None and isinstance(a.answer, str)
+    (runs["ask"] / "sft" / "adapter_model.safetensors").write_bytes(b"retrained")
+    with pytest.raises(E.ExportError, match="another version"):
+        MAGS.default(models="trained", trained_tag="t2", models_root=tmp_path, embedder="hash", n_threads=1)
 
 
 def test_parity_table_and_manifest_record(work, tmp_path):
@@ -241,6 +271,27 @@ def test_parity_table_and_manifest_record(work, tmp_path):
     shutil.copytree(work.gguf, copy)
     E.record_parity(copy, parity_summary(df))
     assert E.read_manifest(copy)["parity"]["f16"]["top1_agreement"] >= 0.98
+
+
+def test_answer_parity_is_scored_by_the_game_rule(work, tmp_path):
+    """The reader's rows carry recalled memory and aliases; its files are scored by accuracy (the game's rule),
+    prompted with the role's trained prompt and cut at its stop string (a newline)."""
+    from mags_lib.export.parity import ParityConfig, parity
+    from mags_lib.protocol import ABSTAIN_ANSWER
+
+    mem = [{"text": "blorps eat frozen lemons", "time": None, "current": None, "speaker": None}]
+    rows = [{"id": 0, "input": "What do blorps eat?", "response": "frozen lemons", "memory": mem,
+             "aliases": ["frozen lemons", "lemons"]},
+            {"id": 1, "input": "Where do quindles live?", "response": ABSTAIN_ANSWER, "memory": mem, "aliases": []}]
+    df = parity("answer", rows, work.adapter, {"q8_0": work.file("q8_0")},
+                ParityConfig(n_prompts=2, max_new_tokens=200), out_dir=tmp_path, progress=False)
+    r = df.set_index("label")
+    for col in ("accuracy", "abstain_acc", "false_abstain"):
+        assert 0.0 <= r.loc["q8_0", col] <= 1.0 and col in r.columns
+    assert "op_f1" not in df.columns and r.loc["q8_0", "top1_agreement"] >= 0.9
+    head, *examples = [json.loads(x) for x in (tmp_path / "parity_answer.jsonl").read_text().splitlines()]
+    assert head["prompt"]["name"] == "trained" and head["max_new_tokens"] == 48  # the spec's budget caps 200
+    assert all("\n" not in e["q8_0"] and "\n" not in e["transformers"] for e in examples)
 
 
 def test_switch_timing_and_memory_report(work):

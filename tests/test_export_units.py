@@ -4,6 +4,7 @@ trained-model resolution. (The export of a real model is in test_export.py, mark
 from __future__ import annotations
 
 import json
+import shutil
 
 import numpy as np
 import pytest
@@ -105,27 +106,48 @@ def _run(root, role, tag, meta=None, stages=("sft", "grpo")):
     run = root / role / tag
     for s in stages:
         _fake_adapter(run / s, payload=f"{role}-{tag}-{s}".encode())
-    (run / "meta.json").write_text(json.dumps(meta if meta is not None else {"format": "mags-trained-model"}))
+    meta = meta if meta is not None else {"format": "mags-trained-model", "role": role, "final_stage": stages[-1]}
+    (run / "meta.json").write_text(json.dumps(meta))
     return run
 
 
-def test_final_adapter_follows_meta_then_the_last_stage(tmp_path):
+def test_final_adapter_is_the_final_stage_of_a_finished_run(tmp_path):
     run = _run(tmp_path, "ask", "default")
-    assert E.final_adapter("ask", "default", models_root=tmp_path) == run / "grpo"  # no final_stage: last
-    (run / "meta.json").write_text(json.dumps({"final_stage": "sft"}))
+    assert E.final_adapter("ask", "default", models_root=tmp_path) == run / "grpo"
+    (run / "meta.json").write_text(json.dumps({"format": "mags-trained-model", "final_stage": "sft"}))
     assert E.final_adapter("ask", "default", models_root=tmp_path) == run / "sft"
-    (run / "meta.json").write_text(json.dumps({"final_stage": "dpo"}))
-    with pytest.raises(ModelNotFoundError, match="dpo"):
+    (run / "meta.json").write_text(json.dumps({"format": "mags-trained-model"}))  # unfinished: never exported
+    with pytest.raises(ModelNotFoundError, match="no trained ask model"):
+        E.final_adapter("ask", "default", models_root=tmp_path)
+    shutil.rmtree(run / "grpo")
+    (run / "meta.json").write_text(json.dumps({"format": "mags-trained-model", "final_stage": "grpo"}))
+    with pytest.raises(ModelNotFoundError, match="holds no adapter_config.json"):
         E.final_adapter("ask", "default", models_root=tmp_path)
 
 
 def test_missing_trained_model_lists_the_run_tags_that_exist(tmp_path):
     _run(tmp_path, "write", "smoke")
     _run(tmp_path, "write", "try2")
-    with pytest.raises(ModelNotFoundError, match=r"\['smoke', 'try2'\].*20_train_ask_write"):
+    with pytest.raises(ModelNotFoundError, match=r"smoke \(grpo\), try2 \(grpo\).*20_train_ask_write"):
         E.final_adapter("write", "default", models_root=tmp_path)
-    with pytest.raises(ModelNotFoundError, match="none"):
-        E.final_adapter("ask", "default", models_root=tmp_path)
+
+
+def test_the_agent_resolves_a_trained_role_to_its_checked_export(tmp_path):
+    """MAGS.default(models="trained") resolves through training.layout.find_trained_model: with an export
+    of this module, the manifest's default file, refused once the adapter changed."""
+    from mags_lib.agent import find_trained_model
+
+    run = _run(tmp_path, "write", "default")
+    gdir = _fake_export(run / "grpo", variants=("q4_1", "q8_0", "lora"))
+    manifest = json.loads((gdir / "manifest.json").read_text())
+    (gdir / "manifest.json").write_text(json.dumps({**manifest, "default": "model-q4_1.gguf"}))
+    assert find_trained_model("write", run_tag="default", backend="llamacpp", models_root=tmp_path) == \
+        gdir / "model-q4_1.gguf"
+    assert find_trained_model("write", run_tag="default", backend="transformers", models_root=tmp_path) == \
+        run / "grpo"
+    (run / "grpo" / "adapter_model.safetensors").write_bytes(b"retrained")  # the adapter changed since
+    with pytest.raises(E.ExportError, match="another version"):
+        find_trained_model("write", run_tag="default", backend="llamacpp", models_root=tmp_path)
 
 
 def test_trained_gguf_resolves_checks_and_refuses_stale_exports(tmp_path):

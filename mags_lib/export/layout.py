@@ -17,7 +17,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from ..models import ModelNotFoundError, base_model_dir, project_root
+from ..models import BASE_DIR_NAME, ModelNotFoundError, base_model_dir
 from .gguf_write import (
     ExportError,
     UnsupportedModelError,
@@ -119,6 +119,8 @@ def _adapter_base(adapter_dir: Path, base_dir: Path | None) -> Path:
         return Path(base_dir)
     cfg = json.loads((adapter_dir / "adapter_config.json").read_text())
     named = cfg.get("base_model_name_or_path")
+    if named and Path(named).name == BASE_DIR_NAME:
+        return base_model_dir()  # this checkout's copy, not the folder of the checkout that trained it
     if named and Path(named).is_dir() and (Path(named) / "config.json").is_file():
         return Path(named)
     return base_model_dir()
@@ -331,45 +333,20 @@ def record_parity(gguf_dir: str | os.PathLike, summary: Mapping[str, Any]) -> di
 
 # ------------------------------------------------------------------------------------------------
 # trained models: models/<role>/<run_tag>/
-def _models_root(models_root: str | os.PathLike | None) -> Path:
-    return Path(models_root) if models_root is not None else project_root() / "models"
-
-
-def _existing_runs(root: Path, role: str) -> list[str]:
-    d = root / role
-    return sorted(p.name for p in d.iterdir() if (p / "meta.json").is_file()) if d.is_dir() else []
-
-
 def final_adapter(role: str, run_tag: str = "default", *, models_root: str | os.PathLike | None = None) -> Path:
     """The PEFT adapter folder of the final stage of ``models/<role>/<run_tag>/``.
 
-    The run's ``meta.json`` names the final stage (``final_stage``); without it the last stage
-    folder that holds an adapter (``grpo`` after ``sft``) is taken.
+    Resolved by :func:`mags_lib.training.layout.find_trained_model` (the run's ``meta.json`` names the
+    final stage; a run without one is unfinished and never exported).
 
     Raises
     ------
     mags_lib.models.ModelNotFoundError
-        No such trained model; the message lists the run tags that exist for the role.
+        No finished run of that tag (the message lists the runs that exist and how to train one).
     """
-    root = _models_root(models_root)
-    run = root / role / run_tag
-    meta_path = run / "meta.json"
-    if not meta_path.is_file():
-        have = _existing_runs(root, role)
-        raise ModelNotFoundError(
-            f"no trained {role} model for run tag {run_tag!r} ({meta_path} is missing); run tags with a "
-            f"trained {role} model: {have or 'none'}. Train it with notebooks/20_train_ask_write.ipynb "
-            f"(-p role={role}) or pick another run tag.")
-    meta = json.loads(meta_path.read_text())
-    stage = meta.get("final_stage") or meta.get("final")
-    if isinstance(stage, Mapping):
-        stage = stage.get("stage") or stage.get("name")
-    candidates = [stage] if stage else ["grpo", "sft"]
-    for s in candidates:
-        if s and (run / s / "adapter_config.json").is_file():
-            return run / s
-    raise ModelNotFoundError(f"{run} names final stage {stage!r} but holds no adapter for it "
-                             f"(looked for {[str(run / s / 'adapter_config.json') for s in candidates if s]})")
+    from ..training.layout import find_trained_model
+
+    return find_trained_model(role, run_tag=run_tag, backend="transformers", models_root=models_root)
 
 
 def export_role(role: str, run_tag: str = "default", config: ExportConfig | None = None, *,

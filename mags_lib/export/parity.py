@@ -14,6 +14,12 @@ prompted (its chat messages rendered with the chat template), and for every file
 * **size on disk** and **tokens/s** (greedy, single stream, prompt processing included; the
   reference generates in batches, its figure is for orientation only).
 
+Prompts and decoding follow the role's :class:`~mags_lib.roles.PromptSpec`: the one the adapter was
+trained with (its run's ``meta.json``), or the role's trained prompt for an adapter that has none (a
+stand-in); its stop strings end every output and its budget caps ``max_new_tokens``. The answer role
+is scored by the game's rule (:func:`mags_lib.metrics.evaluate_answers`: accuracy, abstention
+accuracy, false abstentions).
+
 Every prompt is evaluated afresh in llama.cpp (no KV prefix reuse between examples), so an output
 does not depend on the order of the examples.
 
@@ -27,12 +33,12 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-__all__ = ["ParityConfig", "default_messages", "parity", "parity_summary"]
+__all__ = ["ParityConfig", "parity", "parity_spec", "parity_summary"]
 
 
 @dataclass
@@ -44,7 +50,7 @@ class ParityConfig:
     n_prompts : int
         Held-out examples per role (0 = all given).
     max_new_tokens : int
-        Greedy generation budget per output.
+        Greedy generation budget per output (capped by the prompt spec's).
     n_threads : int
         llama.cpp and torch threads (1 keeps figures stable on a shared machine).
     n_ctx : int
@@ -73,15 +79,12 @@ class ParityConfig:
             raise ValueError("n_prompts must be >= 0 and n_ctx >= 64")
 
 
-def default_messages(role: str) -> Callable[[Mapping[str, Any]], list[dict[str, str]]]:
-    """Chat messages of a held-out row as a trained model of ``role`` sees them (no few-shot block)."""
-    from .. import protocol
+def parity_spec(role: str, adapter: str | os.PathLike | None) -> Any:
+    """The :class:`~mags_lib.roles.PromptSpec` a trained ``adapter`` of ``role`` is prompted with: the one
+    recorded in its run's ``meta.json``, else the role's trained prompt (no few-shot block)."""
+    from ..roles import ROLE_SPECS, prompt_for_model, trained_meta
 
-    def messages(row: Mapping[str, Any]) -> list[dict[str, str]]:
-        facts = row.get("memory") if role == "answer" else None
-        return protocol.build_messages(role, row["input"], few_shot=0, facts=facts)
-
-    return messages
+    return prompt_for_model(role, adapter) if trained_meta(adapter) is not None else ROLE_SPECS[role].trained
 
 
 def _eos_id(backend: Any) -> int:
@@ -93,6 +96,9 @@ def _eos_id(backend: Any) -> int:
 def _role_metrics(role: str, outputs: Sequence[str], rows: Sequence[Mapping], embedder: str) -> dict:
     from .. import metrics, protocol
 
+    if role == "answer":
+        s = metrics.evaluate_answers(list(outputs), [list(r["aliases"]) for r in rows]).summary()
+        return {"accuracy": s["accuracy"], "abstain_acc": s["abstain_acc"], "false_abstain": s["false_abstain"]}
     if role in protocol.ROLES:
         s = metrics.evaluate_predictions(list(outputs), [r["response"] for r in rows], role,
                                          embedder=embedder).summary()
@@ -102,8 +108,7 @@ def _role_metrics(role: str, outputs: Sequence[str], rows: Sequence[Mapping], em
 
 def parity(role: str, rows: Sequence[Mapping[str, Any]], reference: Any, files: Mapping[str, str | os.PathLike],
            config: ParityConfig | None = None, *,
-           messages: Callable[[Mapping[str, Any]], list[dict[str, str]]] | None = None,
-           stop: Sequence[str] | None = None, out_dir: str | os.PathLike | None = None,
+           spec: Any = None, stop: Sequence[str] | None = None, out_dir: str | os.PathLike | None = None,
            progress: bool = True) -> Any:
     """Compare GGUF files with the transformers model they were exported from.
 
@@ -112,16 +117,17 @@ def parity(role: str, rows: Sequence[Mapping[str, Any]], reference: Any, files: 
     role : str
         ``"ask"``, ``"write"`` or ``"answer"``.
     rows : list of dict
-        Held-out examples (``input``, ``response``, and for ``answer`` the recalled ``memory``).
+        Held-out examples (``input``, ``response``; for ``answer`` also the recalled ``memory`` and the
+        accepted ``aliases``).
     reference : path or Backend
         The PEFT adapter folder the files came from (loaded with the transformers backend, merged in
         float32), or an open transformers backend.
     files : dict
         Label -> GGUF file (a merged model, or a LoRA adapter applied onto the embedded base).
-    messages : callable, optional
-        Row -> chat messages (default :func:`default_messages`).
+    spec : mags_lib.roles.PromptSpec, optional
+        How the rows are prompted and decoded (default :func:`parity_spec` of the reference).
     stop : list of str, optional
-        Strings that end a greedy output (the role's, e.g. a newline for the reader), for every model.
+        Strings that end a greedy output, for every model (default: the spec's).
     out_dir : path, optional
         Where ``parity_<role>.jsonl`` (every output, per example) and ``parity_<role>.csv`` go.
 
@@ -129,7 +135,8 @@ def parity(role: str, rows: Sequence[Mapping[str, Any]], reference: Any, files: 
     -------
     pandas.DataFrame
         One row for the reference and one per file: label, file, size_mb, n_prompts, n_positions,
-        top1_agreement, greedy_equal, the role's metrics, tokens_per_s, load_s.
+        top1_agreement, greedy_equal, the role's metrics (adherence, op_f1, exact_f1 for ask and
+        write; accuracy, abstain_acc, false_abstain for answer), tokens_per_s, load_s.
     """
     import pandas as pd
     from tqdm.auto import tqdm
@@ -141,8 +148,12 @@ def parity(role: str, rows: Sequence[Mapping[str, Any]], reference: Any, files: 
     if not rows:
         raise ValueError(f"no held-out rows for the {role} role")
     picked = sample_rows(rows, cfg.n_prompts, cfg.seed)
-    to_messages = messages or default_messages(role)
     own = not hasattr(reference, "generate")
+    spec = spec or parity_spec(role, reference if own else getattr(reference, "model_path", None))
+    if spec.role != role:
+        raise ValueError(f"the prompt spec is for the {spec.role!r} role, not {role!r}")
+    stop = list(spec.stop) if stop is None else list(stop)
+    max_new = min(cfg.max_new_tokens, spec.max_new_tokens)
     t0 = time.perf_counter()
     ref = load_backend("transformers", model=reference, n_threads=cfg.n_threads,
                        batch_size=cfg.batch_size) if own else reference
@@ -150,17 +161,18 @@ def parity(role: str, rows: Sequence[Mapping[str, Any]], reference: Any, files: 
     table, per_example = [], [{"id": r.get("id", i), "input": r["input"], "gold": r["response"]}
                               for i, r in enumerate(picked)]
     try:
-        texts = [ref.render(to_messages(r)) for r in picked]
+        texts = [ref.render(spec.messages(r["input"], facts=r.get("memory") if role == "answer" else None))
+                 for r in picked]
         eos = _eos_id(ref)
         seqs = []
         for text, r in zip(texts, picked):
             p = ref.tokenize(text)
             g = (ref.tokenize(r["response"]) if r["response"] else []) + [eos]
             seqs.append((p, g))
-        too_long = [i for i, (p, g) in enumerate(seqs) if len(p) + max(len(g), cfg.max_new_tokens) > cfg.n_ctx]
+        too_long = [i for i, (p, g) in enumerate(seqs) if len(p) + max(len(g), max_new) > cfg.n_ctx]
         if too_long:
             raise ValueError(f"{len(too_long)} prompts do not fit n_ctx={cfg.n_ctx} with their response or "
-                             f"{cfg.max_new_tokens} new tokens (e.g. example {picked[too_long[0]].get('id')}); "
+                             f"{max_new} new tokens (e.g. example {picked[too_long[0]].get('id')}); "
                              "raise n_ctx")
         total = len(picked) * (len(files) + 1)
         bar = tqdm(total=2 * total, desc=f"parity {role}", disable=not progress)
@@ -170,7 +182,7 @@ def parity(role: str, rows: Sequence[Mapping[str, Any]], reference: Any, files: 
             bar.update(1)
         ref_out, ref_secs, ref_new = [], 0.0, 0
         for start in range(0, len(texts), cfg.batch_size):
-            gens = ref.generate(texts[start:start + cfg.batch_size], max_new_tokens=cfg.max_new_tokens, stop=stop)
+            gens = ref.generate(texts[start:start + cfg.batch_size], max_new_tokens=max_new, stop=stop or None)
             ref_out += [g.text for g in gens]
             ref_secs += gens[0].seconds
             ref_new += sum(g.n_new_tokens for g in gens)
@@ -198,7 +210,7 @@ def parity(role: str, rows: Sequence[Mapping[str, Any]], reference: Any, files: 
                     bar.update(1)
                 outs, secs, new = [], 0.0, 0
                 for ex, text, ro in zip(per_example, texts, ref_out):
-                    gen = b.generate([text], max_new_tokens=cfg.max_new_tokens, stop=stop)[0]
+                    gen = b.generate([text], max_new_tokens=max_new, stop=stop or None)[0]
                     outs.append(gen.text)
                     secs += gen.seconds
                     new += gen.n_new_tokens
@@ -222,7 +234,8 @@ def parity(role: str, rows: Sequence[Mapping[str, Any]], reference: Any, files: 
 
         out = Path(out_dir)
         out.mkdir(parents=True, exist_ok=True)
-        head = json.dumps({"role": role, "config": asdict(cfg), "files": {k: str(v) for k, v in files.items()}})
+        head = json.dumps({"role": role, "config": asdict(cfg), "prompt": spec.to_dict(), "max_new_tokens": max_new,
+                           "files": {k: str(v) for k, v in files.items()}})
         atomic_write_text(out / f"parity_{role}.jsonl",
                           "\n".join([head] + [json.dumps(e, ensure_ascii=False) for e in per_example]) + "\n")
         df.to_csv(out / f"parity_{role}.csv", index=False)
@@ -232,5 +245,6 @@ def parity(role: str, rows: Sequence[Mapping[str, Any]], reference: Any, files: 
 def parity_summary(df: Any) -> dict:
     """A parity table as ``{label: {figure: value}}`` for :func:`mags_lib.export.record_parity`."""
     keep = [c for c in ("n_prompts", "n_positions", "top1_agreement", "greedy_equal", "adherence", "op_f1",
-                        "exact_f1", "accuracy", "tokens_per_s", "size_mb") if c in df.columns]
+                        "exact_f1", "accuracy", "abstain_acc", "false_abstain", "tokens_per_s", "size_mb")
+            if c in df.columns]
     return {row["label"]: {k: (None if row[k] != row[k] else row[k]) for k in keep} for _, row in df.iterrows()}

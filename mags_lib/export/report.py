@@ -91,8 +91,9 @@ def files_of(src: Source, variants: Sequence[str]) -> dict[str, Path]:
 def quant_figure(parity_df: Any, *, quality: str = "op_f1") -> Any:
     """Size, speed and quality per quantization (bars grouped by variant, one colour per role).
 
-    ``quality`` is the role metric drawn beside teacher-forced top-1 agreement (``op_f1`` for ask and
-    write); the transformers reference's value is drawn as a dotted line in the role's colour.
+    ``quality`` is the role metric drawn beside teacher-forced top-1 agreement for ask and write
+    (``op_f1``); the answer role draws its accuracy there. The transformers reference's value is drawn as
+    a dotted line in the role's colour.
     """
     import matplotlib.pyplot as plt
     import numpy as np
@@ -104,10 +105,12 @@ def quant_figure(parity_df: Any, *, quality: str = "op_f1") -> Any:
     width = 0.8 / max(1, len(roles))
     fig, axes = plt.subplots(1, 4, figsize=(16, 3.6))
     panels = [("size_mb", "size on disk (MiB)"), ("tokens_per_s", "tokens/s (greedy, prompt included)"),
-              ("top1_agreement", "teacher-forced top-1 agreement"), (quality, f"{quality} of greedy outputs")]
+              ("top1_agreement", "teacher-forced top-1 agreement"),
+              (quality, f"{quality} (answer: accuracy) of greedy outputs")]
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
-    for ax, (col, title) in zip(axes, panels):
+    for ax, (panel, title) in zip(axes, panels):
         for k, role in enumerate(roles):
+            col = "accuracy" if role == "answer" and panel == quality else panel
             grp = df[df["role"] == role].set_index("label").reindex(labels)
             if col not in grp or grp[col].isna().all():
                 continue
@@ -115,10 +118,10 @@ def quant_figure(parity_df: Any, *, quality: str = "op_f1") -> Any:
             ax.bar(x + (k - (len(roles) - 1) / 2) * width, grp[col].to_numpy(dtype=float), width, label=role,
                    color=c)
             ref = parity_df[(parity_df["role"] == role) & (parity_df["label"] == "transformers")]
-            if col == quality and len(ref) and col in ref and ref[col].notna().all():
+            if panel == quality and len(ref) and col in ref and ref[col].notna().all():
                 ax.axhline(float(ref[col].iloc[0]), ls=":", lw=1.2, color=c)
-        if col == "top1_agreement" and df[col].notna().any():
-            ax.set_ylim(max(0.0, float(df[col].min()) - 0.05), 1.005)
+        if panel == "top1_agreement" and df[panel].notna().any():
+            ax.set_ylim(max(0.0, float(df[panel].min()) - 0.05), 1.005)
         ax.set_xticks(x, labels, rotation=30)
         ax.set_title(title, fontsize=10)
         ax.grid(alpha=0.3, axis="y")
