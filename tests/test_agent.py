@@ -144,8 +144,9 @@ def test_ask_gives_the_answer_model_the_recalled_facts(scripted):
     assert "Blorps eat frozen lemons" in a.facts  # the stored fact (the episode says "eat only")
     assert a.facts == [" ".join(it.text.split()) for it in a.items] and "S2" in a.sources
     seen = backends["answer"].calls[-1]["content"]
+    assert seen == m.prompt_spec("answer").messages("What do blorps eat?", facts=a.facts)[-1]["content"]
     assert seen == P.build_messages("answer", "What do blorps eat?", facts=a.facts)[-1]["content"]
-    assert backends["answer"].calls[-1]["stop"] == list(m.config.answer_stop)
+    assert backends["answer"].calls[-1]["stop"] == list(m.prompt_spec("answer").stop) == ["\n"]
     assert backends["ask"].calls[-1]["grammar"] == m.grammar_for("ask")
     assert a.memory_tokens == backends["answer"].count_tokens(P.format_facts(a.facts))
 

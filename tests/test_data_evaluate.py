@@ -67,7 +67,7 @@ def test_evaluate_sets_writes_table_and_uses_grammar(tmp_path):
         assert (tmp_path / f).exists()
     by_kind = pd.read_csv(tmp_path / "by_kind.csv")
     assert len(by_kind) == 8
-    free_kinds = by_kind[by_kind["mode"] == "free"].set_index(["set", "kind"])["adherence"]
+    free_kinds = by_kind[by_kind["mode"] == "free"].set_index(["set", "kind"])["adheres_mean"]
     assert free_kinds.to_dict() == {("gen_ask", "multi"): 1.0, ("gen_ask", "single"): 1 / 3,
                                     ("gen_write", "multi"): 1.0, ("gen_write", "single"): 1 / 3}
     lines = (tmp_path / "predictions_gen_write_grammar.jsonl").read_text().splitlines()

@@ -25,7 +25,7 @@ import pytest
 from mags_lib.data import GenerationConfig, generate_role_splits
 from mags_lib.roles import ROLE_SPECS
 from mags_lib.training import GRPOConfig, LoraSpec, SFTConfig, TrainConfig
-from mags_lib.training.run import train_stage
+from mags_lib.training.run import _select_hard, _token_lengths, sft_examples, train_stage
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -81,7 +81,7 @@ _DRIVER = textwrap.dedent("""
     from transformers import TrainerCallback
     from mags_lib.roles import ROLE_SPECS
     from mags_lib.training import TrainConfig
-    from mags_lib.training.run import train_stage
+    from mags_lib.training.run import _select_hard, _token_lengths, sft_examples, train_stage
 
     args = json.loads(Path(sys.argv[1]).read_text())
 
@@ -190,6 +190,30 @@ def test_tiny_grpo_changes_the_lora_and_logs_every_reward(tiny_base, rows, tmp_p
     assert min(float(r["frac_reward_zero_std"]) for r in log) < 1.0  # some group had a signal to learn from
     meta = json.loads((res.folder / "meta.json").read_text())
     assert meta["stage"] == "grpo" and meta["init"] == json.loads((sft.folder / "meta.json").read_text())["content_hash"]
+
+
+def test_token_lengths_and_hard_prompt_selection_read_real_token_ids(tiny_base, rows, tmp_path):
+    """The max_length filter and length grouping of the warm start see each example's token count, and
+    the GRPO prompt selection scores rows with the warm start (transformers 5's chat template returns a
+    dict unless asked for ids: lengths were all 2 and the selection crashed). About 10 s."""
+    from transformers import AutoTokenizer
+
+    prompt = ROLE_SPECS["write"].trained
+    train = rows["write"]["train"]
+    tok = AutoTokenizer.from_pretrained(str(tiny_base))
+    examples = sft_examples(train[:6], prompt)
+    lengths = _token_lengths(tok, examples)
+    for ex, n in zip(examples, lengths):
+        text = tok.apply_chat_template(ex["prompt"] + ex["completion"], tokenize=False)
+        assert n == len(tok(text, add_special_tokens=False)["input_ids"]) > 20
+    cfg = _tiny_cfg("write", max_steps=1, save_steps=1)
+    sft = train_stage("sft", cfg, train[:2], tmp_path / "sft", base_dir=tiny_base, prompt=prompt,
+                      data_hashes={"t": "1"}, progress=False)
+    picked = _select_hard(train[:8], cfg, tiny_base, sft.folder, prompt, 4)
+    ids = [r["id"] for r in train[:8]]
+    assert len(picked) == 4 and len({r["id"] for r in picked}) == 4
+    assert [r["id"] for r in picked] == sorted((r["id"] for r in picked), key=ids.index)  # original order kept
+    assert picked == _select_hard(train[:8], cfg, tiny_base, sft.folder, prompt, 4)  # one seed, same pick
 
 
 @pytest.mark.slow

@@ -149,7 +149,9 @@ class TrainConfig:
     sft: SFTConfig = _f(SFTConfig(), "warm start")
     grpo: GRPOConfig | None = _f(None, "reinforcement stage (None: warm start only)")
     n_eval: int = _f(200, "held-out examples per evaluation set (0: all)")
-    threads: int | None = _f(None, "torch threads (None: every usable core)")
+    eval_max_new_tokens: int | None = _f(None, "cap on the tokens generated per held-out example (None: the "
+                                               "role's prompt spec's; smoke: a short cap, the scores mean nothing)")
+    threads: int | None = _f(None, "torch threads (None: every usable core; on a shared machine 1 is faster)")
 
     def __post_init__(self) -> None:
         if self.role not in ROLE_NAMES:
@@ -158,6 +160,9 @@ class TrainConfig:
             raise ValueError(f"profile must be one of {PROFILES}, got {self.profile!r}")
         if self.n_eval < 0 or (self.threads is not None and self.threads < 1):
             raise ValueError("n_eval must be >= 0 and threads None or >= 1")
+        if self.eval_max_new_tokens is not None and (not isinstance(self.eval_max_new_tokens, int)
+                                                     or self.eval_max_new_tokens < 1):
+            raise ValueError(f"eval_max_new_tokens must be None or an int >= 1, got {self.eval_max_new_tokens!r}")
         for name, cls in (("lora", LoraSpec), ("sft", SFTConfig)):
             if not isinstance(getattr(self, name), cls):
                 raise TypeError(f"{name} must be a {cls.__name__}")
@@ -194,10 +199,15 @@ PRIMARY_REWARD = {role: next(iter(r)) for role, r in _REWARDS.items()}
 def _profile_values(role: str, profile: str) -> dict:
     long_out = role in ("ask", "write")
     if profile == "smoke":
-        return dict(sft=dict(max_steps=6, batch_size=4, n_generated=48, n_seed=16, save_steps=3),
-                    grpo=dict(max_steps=2, prompts_per_step=2, num_generations=2, n_prompts=8, save_steps=1,
-                              max_completion_length=48 if long_out else 16, select_hard=False),
-                    n_eval=6)
+        # CI: every code path once (warm start with a checkpoint, GRPO with every reward and the KL, the held-out
+        # evaluation of each stage), on as few tokens as that takes: a step's cost is its tokens (about 150
+        # tokens/s forward+backward on 2 quiet cores), and trained stages decode on transformers. One torch
+        # thread: CI shares the cores (xdist workers, other jobs), and two OpenMP threads on a busy machine
+        # spin-wait: generating 2 x 32 tokens took 118 s with 2 threads against 12 s with 1 (load 7, 2 cores).
+        return dict(sft=dict(max_steps=3, batch_size=2, max_length=384, n_generated=16, n_seed=8, save_steps=3),
+                    grpo=dict(max_steps=2, prompts_per_step=1, num_generations=2, n_prompts=4, save_steps=2,
+                              max_completion_length=32 if long_out else 16, select_hard=False),
+                    n_eval=3, eval_max_new_tokens=48, threads=1)
     if profile == "default":
         # sized for about half an hour per role on 2 quiet cores (measured figures: README / notebook 20)
         return dict(sft=dict(max_steps={"ask": 120, "write": 120, "answer": 100}[role], batch_size=8,
@@ -226,5 +236,6 @@ def profile_config(role: str, profile: str = "default", *, seed: int = 0, **over
     rewards = dict(_REWARDS[role])
     options = {name: {"embedder": "minilm"} for name in rewards if name in ("op_f1", "ask_retrieval")}
     cfg = TrainConfig(role=role, profile=profile, seed=seed, sft=SFTConfig(**v["sft"]),
-                      grpo=GRPOConfig(rewards=rewards, reward_options=options, **v["grpo"]), n_eval=v["n_eval"])
+                      grpo=GRPOConfig(rewards=rewards, reward_options=options, **v["grpo"]), n_eval=v["n_eval"],
+                      eval_max_new_tokens=v.get("eval_max_new_tokens"), threads=v.get("threads"))
     return dataclasses.replace(cfg, **overrides) if overrides else cfg

@@ -105,16 +105,17 @@ def _lora_gguf(adapter: Path, out: Path, note: Callable[[str], None]) -> Path | 
 
 def evaluate_run(role: str, run_tag: str, profile: str, out_dir: str | Path, *, n: int = 200, seed: int = 0,
                  stages: Sequence[str] = ("base", "sft", "grpo"), embedder: str = "minilm",
-                 threads: int | None = None, models_root: str | Path | None = None,
-                 data_root: str | Path | None = None, progress: bool = True,
-                 note: Callable[[str], None] = print):
+                 threads: int | None = None, max_new_tokens: int | None = None,
+                 models_root: str | Path | None = None, data_root: str | Path | None = None,
+                 progress: bool = True, note: Callable[[str], None] = print):
     """Held-out (test split) scores of each stage of a run; a DataFrame with ``stage`` and ``engine``.
 
     ``base`` is the untrained SmolLM2 with the role's base prompt on llama.cpp (free, and grammar for
     ask / write). ``sft`` and ``grpo`` are the stage adapters with the prompt they were trained with:
     on llama.cpp as a GGUF LoRA over the same embedded base (free and grammar) when this checkout has
     the export module's writer, else on transformers (free decoding only, and the printed line says
-    so). Greedy decoding everywhere; predictions are cached per stage under ``out_dir/<stage>/``.
+    so). Greedy decoding everywhere, at most ``max_new_tokens`` per example when given (else the prompt
+    spec's); predictions are cached per stage under ``out_dir/<stage>/``.
     """
     import pandas as pd
 
@@ -127,7 +128,7 @@ def evaluate_run(role: str, run_tag: str, profile: str, out_dir: str | Path, *, 
     kw = {"n_threads": threads} if threads else {}
     tables, fallback = [], False
     for stage in stages:
-        common = dict(n_per_set=n, embedder=embedder, seed=seed)
+        common = dict(n_per_set=n, embedder=embedder, seed=seed, max_new_tokens=max_new_tokens)
         if stage == "base":
             engine, model, cfg = "llamacpp", None, EvalConfig(backend="llamacpp", modes=modes, prompt="base", **common)
         else:

@@ -203,8 +203,13 @@ def grpo_rows(rows: Sequence[dict], prompt: PromptSpec) -> list[dict]:
              "aliases": list(r.get("aliases") or [])} for r in rows]
 
 
+def _chat_ids(tok, messages: list[dict], **kw) -> list[int]:
+    """Token ids of a chat (transformers 5 returns a BatchEncoding unless ``return_dict=False``)."""
+    return list(tok.apply_chat_template(messages, tokenize=True, return_dict=False, **kw))
+
+
 def _token_lengths(tok, examples: Sequence[dict]) -> list[int]:
-    return [len(tok.apply_chat_template(ex["prompt"] + ex["completion"], tokenize=True)) for ex in examples]
+    return [len(_chat_ids(tok, ex["prompt"] + ex["completion"])) for ex in examples]
 
 
 # ------------------------------------------------------------------------------------------------
@@ -568,9 +573,8 @@ def _select_hard(rows: list[dict], cfg: TrainConfig, base_dir: Path, adapter: Pa
         losses = []
         for r in rows:
             msgs = _messages(r, prompt)
-            p_ids = b.tokenizer.apply_chat_template(msgs, tokenize=True, add_generation_prompt=True)
-            full = b.tokenizer.apply_chat_template(msgs + [{"role": "assistant", "content": r["response"]}],
-                                                   tokenize=True)
+            p_ids = _chat_ids(b.tokenizer, msgs, add_generation_prompt=True)
+            full = _chat_ids(b.tokenizer, msgs + [{"role": "assistant", "content": r["response"]}])
             ids = torch.tensor([full])
             with torch.inference_mode():
                 logits = b.model(input_ids=ids, logits_to_keep=len(full) - len(p_ids) + 1).logits[0, :-1]
