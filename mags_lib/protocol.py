@@ -49,7 +49,7 @@ from typing import Iterable, Sequence
 __all__ = [
     "ROLES", "TAGS", "Op", "Parsed", "parse", "split_triplet", "escape_field", "serialize", "SCAN_WORK",
     "asks_to_text", "writes_to_text", "normalize_text", "normalize_triplet", "GRAMMARS", "grammar",
-    "SYSTEM_PROMPTS", "FEW_SHOT", "build_messages", "format_facts", "ABSTAIN_ANSWER",
+    "SYSTEM_PROMPTS", "FEW_SHOT", "build_messages", "format_facts", "format_item", "ABSTAIN_ANSWER",
 ]
 
 ROLES = ("ask", "write")
@@ -480,6 +480,53 @@ FEW_SHOT: dict[str, list[tuple[str, str]]] = {
     ],
     "answer": [],
 }
+
+
+def format_item(text: str, *, time: str | None = None, current: bool | None = None,
+                speaker: str | None = None) -> str:
+    """One recalled memory item as a line of the answer prompt's memory block.
+
+    The date comes first in parentheses when known; ``current=False`` marks a superseded fact
+    (``no longer true``); ``current=None`` or ``True`` adds no marker (a valid fact is the default);
+    ``speaker`` prefixes an episode with who said it. Whitespace in every part is collapsed, so an
+    item is always one line. The answer model is trained on exactly this format
+    (:mod:`mags_lib.data.answer`), so the agent must render recalled items with it.
+
+    Parameters
+    ----------
+    text : str
+        A fact (``"subject relation object"``) or an episode (the raw sentence).
+    time : str, optional
+        When it was observed, verbatim (``"2023-05-08"``, ``"8 May 2023"``, ...).
+    current : bool, optional
+        ``False`` for a fact that was superseded.
+    speaker : str, optional
+        Who said it (episodes).
+
+    Examples
+    --------
+    >>> format_item("Caroline moved to Boston", time="2023-05-08")
+    '(2023-05-08) Caroline moved to Boston'
+    >>> format_item("Caroline lives in Denver", time="2023-04-01", current=False)
+    '(2023-04-01, no longer true) Caroline lives in Denver'
+    >>> format_item("I work as a baker.", speaker="Odalie")
+    'Odalie: I work as a baker.'
+    >>> format_item("blorps  eat\\nlemons", current=False)
+    '(no longer true) blorps eat lemons'
+    """
+    if not isinstance(text, str) or not text.strip():
+        raise ValueError(f"a memory item needs non-empty text, got {text!r}")
+    if current not in (None, True, False):
+        raise TypeError(f"current must be True, False or None, got {current!r}")
+    line = " ".join(text.split())
+    if speaker is not None and str(speaker).strip():
+        line = f"{' '.join(str(speaker).split())}: {line}"
+    tags = []
+    if time is not None and str(time).strip():
+        tags.append(" ".join(str(time).split()))
+    if current is False:
+        tags.append("no longer true")
+    return f"({', '.join(tags)}) {line}" if tags else line
 
 
 def format_facts(facts: Sequence[str]) -> str:
