@@ -80,7 +80,8 @@ class MAGSConfig:
 
     backend: str = "llamacpp"  # "llamacpp" | "transformers" | "vllm"
     memory: str = "graph"  # "graph" (MAGS) | "none" | "full_context" | "rag": baselines (see MEMORY_MODES)
-    models: str = "base"  # "base": embedded SmolLM2 for every role; "trained": newest under models/trained/
+    models: str = "base"  # "base": embedded SmolLM2 for every role; "trained": models/<role>/<trained_tag>/
+    trained_tag: str = "default"  # run tag of the trained ask/write/answer models (models="trained")
     ask_model: str | None = None  # overrides `models` for the ask role
     write_model: str | None = None  # overrides `models` for the write role
     answer_model: str | None = None  # the reader; None = embedded base model
@@ -98,23 +99,23 @@ class MAGSConfig:
     # model invent facts for inputs with nothing to store, e.g. gibberish; False lets it write nothing)
     write_grounding: bool = True  # store a triplet only if its subject or object shares a word with the
     # input (see ``grounded``): an untrained model copies few-shot facts ("Odalie ...") into any input
-    max_ops: int = 4  # with grammar: most tags per ask/write output
-    max_field_chars: int = 40  # with grammar: longest subject / relation / query
-    max_object_chars: int = 64  # with grammar: longest object
-    few_shot_write: int = 2  # few-shot examples in the write prompt
-    few_shot_ask: int = 2  # few-shot examples in the ask prompt
+    max_ops: int | None = None  # with grammar: most tags per ask/write output (None: the prompt spec's)
+    max_field_chars: int | None = None  # with grammar: longest subject / relation / query (None: spec)
+    max_object_chars: int | None = None  # with grammar: longest object (None: spec)
+    few_shot_write: int | None = None  # None: the model's prompt spec (mags_lib.roles; 0 for a trained model)
+    few_shot_ask: int | None = None  # None: the model's prompt spec
     few_shot_router: int = 2
     question_as_query: bool = True  # the question itself is also a recall query
     max_queries: int = 4  # recall queries used per ask (question included)
-    max_new_tokens_ask: int = 64  # room for max_ops bounded queries (typical outputs: 15-30 tokens)
-    max_new_tokens_write: int = 128  # room for max_ops bounded triplets (typical: 20-50 tokens)
-    max_new_tokens_answer: int = 48
+    max_new_tokens_ask: int | None = None  # None: the model's prompt spec (mags_lib.roles.ROLE_SPECS)
+    max_new_tokens_write: int | None = None  # None: the model's prompt spec
+    max_new_tokens_answer: int | None = None  # None: the model's prompt spec
     temperature: float = 0.0  # 0: greedy (deterministic)
     n_threads: int | None = None  # llama.cpp / torch threads (None: every usable core)
     n_ctx: int = 2048  # llama.cpp context window
     context_per_role: bool = True  # llama.cpp: one context per role on the same mmapped weights, so each
     # role's fixed prompt prefix (system prompt + few-shot) stays in its KV cache between calls
-    answer_stop: tuple = ("\n",)  # strings that end the answer (the reader answers in one line)
+    answer_stop: tuple | None = None  # strings that end the answer (None: the answer prompt spec's, a newline)
     seed: int = 0
     backend_kwargs: dict = field(default_factory=dict)  # extra load_backend() options
 
@@ -134,15 +135,23 @@ class MAGSConfig:
         for name in ("recall_k", "memory_token_budget", "max_queries", "max_ops", "max_field_chars",
                      "max_object_chars", "max_new_tokens_ask",
                      "max_new_tokens_write", "max_new_tokens_answer", "n_ctx"):
-            if getattr(self, name) < 1:
+            if getattr(self, name) is not None and getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         for name in ("maintain_every", "few_shot_write", "few_shot_ask", "few_shot_router"):
-            if getattr(self, name) < 0:
+            if getattr(self, name) is not None and getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
+        if not self.trained_tag or "/" in self.trained_tag:
+            raise ValueError(f"trained_tag must be a run tag (a plain folder name), got {self.trained_tag!r}")
         if self.temperature < 0:
             raise ValueError(f"temperature must be >= 0, got {self.temperature}")
-        need = _PROMPT_ROOM + max(self.max_new_tokens_ask, self.max_new_tokens_write,
-                                  self.memory_token_budget + self.max_new_tokens_answer)
+        from .roles import ROLE_SPECS
+
+        def budget(role: str) -> int:  # the explicit budget, else the largest of the role's prompt specs
+            v = getattr(self, f"max_new_tokens_{role}")
+            return v if v is not None else max(ROLE_SPECS[role].base.max_new_tokens,
+                                               ROLE_SPECS[role].trained.max_new_tokens)
+
+        need = _PROMPT_ROOM + max(budget("ask"), budget("write"), self.memory_token_budget + budget("answer"))
         if self.n_ctx < need:
             raise ValueError(f"n_ctx={self.n_ctx} is too small: it must hold a prompt ({_PROMPT_ROOM} tokens for "
                              "the instructions and examples), the memory block (memory_token_budget) and the "
@@ -159,10 +168,11 @@ class MAGSConfig:
             if not isinstance(self.graph, GraphConfig):
                 raise TypeError(f"graph must be a GraphConfig or None, got {type(self.graph).__name__}")
         _dynamics_switches(self.dynamics)  # validates switch names
-        if isinstance(self.answer_stop, str) or not isinstance(self.answer_stop, (list, tuple)) \
-                or not all(isinstance(x, str) for x in self.answer_stop):
-            raise TypeError("answer_stop must be a sequence of strings, e.g. ('\\n',)")
-        object.__setattr__(self, "answer_stop", tuple(self.answer_stop))
+        if self.answer_stop is not None:
+            if isinstance(self.answer_stop, str) or not isinstance(self.answer_stop, (list, tuple)) \
+                    or not all(isinstance(x, str) for x in self.answer_stop):
+                raise TypeError("answer_stop must be None or a sequence of strings, e.g. ('\\n',)")
+            object.__setattr__(self, "answer_stop", tuple(self.answer_stop))
 
     def graph_config(self) -> Any:
         """The :class:`~mags_lib.graph.GraphConfig` with the ``dynamics`` switches applied."""
@@ -183,7 +193,7 @@ class MAGSConfig:
         """Plain-JSON form (the graph config through its own ``to_dict``)."""
         d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
         d["graph"] = self.graph.to_dict() if self.graph is not None else None
-        d["answer_stop"] = list(self.answer_stop)
+        d["answer_stop"] = None if self.answer_stop is None else list(self.answer_stop)
         if isinstance(self.dynamics, (set, frozenset, tuple)):
             d["dynamics"] = sorted(self.dynamics)
         return d
@@ -414,47 +424,17 @@ def _alive_node(g: Any, node_id: str) -> bool:
     return True
 
 
-def _newest(paths: Iterable[Path]) -> Path | None:
-    paths = list(paths)
-    return max(paths, key=lambda p: p.stat().st_mtime) if paths else None
-
-
-def find_trained_model(role: str, *, backend: str = "llamacpp",
+def find_trained_model(role: str, *, run_tag: str = "default", backend: str = "llamacpp",
                        models_root: str | Path | None = None) -> Path:
-    """The newest trained model for ``role`` under ``<models_root>/trained/<role>/``.
+    """The trained model of ``role`` from run ``run_tag`` (``models/<role>/<run_tag>/``).
 
-    Looks for ``.gguf`` files and transformers / LoRA-adapter folders (``config.json`` or
-    ``adapter_config.json``) anywhere below ``models/trained/<role>/``, e.g.
-    ``models/trained/ask/<run>/model.gguf`` or ``models/trained/write/<run>/``. The llama.cpp
-    backend takes GGUF files only; the others prefer folders. The newest by modification time wins.
-
-    Raises
-    ------
-    mags_lib.models.ModelNotFoundError
-        When there is none, saying which notebooks make them.
+    See :func:`mags_lib.training.layout.find_trained_model`: the transformers backend gets the final
+    stage's PEFT adapter folder, llama.cpp a GGUF of ``gguf/`` (written by the export notebook); run
+    tags are never mixed, and the error lists the runs that exist.
     """
-    from .models import ModelNotFoundError, project_root
+    from .training.layout import find_trained_model as _find
 
-    if role not in ("ask", "write"):
-        raise ValueError(f"trained models exist for roles 'ask' and 'write', not {role!r}")
-    root = Path(models_root) if models_root is not None else project_root() / "models"
-    base = root / "trained" / role
-    ggufs = [p for p in base.rglob("*.gguf") if p.is_file()] if base.is_dir() else []
-    dirs = [p.parent for name in ("config.json", "adapter_config.json")
-            for p in (base.rglob(name) if base.is_dir() else [])]
-    key = backend.lower().replace(".", "").replace("_", "")
-    pick = _newest(ggufs) if key == "llamacpp" else (_newest(dirs) or _newest(ggufs))
-    if pick is None:
-        extra = ""
-        if key == "llamacpp" and dirs:
-            extra = (f" There are transformers folders ({_newest(dirs)}) but the llamacpp backend needs "
-                     "GGUF: run notebooks/30_export_gguf.ipynb, or use backend='transformers'.")
-        raise ModelNotFoundError(
-            f"no trained {role} model under {base} (looked for *.gguf files and folders with "
-            "config.json or adapter_config.json)." + extra + " Train one with "
-            "notebooks/20_train_ask_write.ipynb (then 30_export_gguf for llama.cpp), or use "
-            "MAGS.default(models='base').")
-    return pick
+    return _find(role, run_tag=run_tag, backend=backend, models_root=models_root)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -514,8 +494,9 @@ class MAGS:
             explicit = getattr(c, f"{role}_model")
             if explicit is not None and str(explicit).lower() not in _EMBEDDED:
                 out[role] = str(explicit)
-            elif explicit is None and c.models == "trained" and role in ("ask", "write"):
-                out[role] = str(find_trained_model(role, backend=c.backend, models_root=c.models_root))
+            elif explicit is None and c.models == "trained" and role in ("ask", "write", "answer"):
+                out[role] = str(find_trained_model(role, run_tag=c.trained_tag, backend=c.backend,
+                                                   models_root=c.models_root))
             else:
                 out[role] = None
         if out["router"] is None:
@@ -551,13 +532,28 @@ class MAGS:
         self._role_backend[role] = b
         return b
 
+    def prompt_spec(self, role: str) -> Any:
+        """The :class:`~mags_lib.roles.PromptSpec` the agent uses for ``role``: the one the role's model
+        was trained with (its meta.json), else the base prompt of :data:`mags_lib.roles.ROLE_SPECS`,
+        with this config's explicit overrides (few-shot count, token budget, grammar bounds) applied."""
+        from .roles import prompt_for_model
+
+        if role not in ("ask", "write", "answer"):
+            raise ValueError(f"prompt specs exist for ask, write and answer, not {role!r}")
+        spec = prompt_for_model(role, self.model_paths[role])
+        c = self.config
+        over = {"few_shot": {"ask": c.few_shot_ask, "write": c.few_shot_write}.get(role),
+                "max_new_tokens": getattr(c, f"max_new_tokens_{role}")}
+        if role != "answer":
+            over.update(max_ops=c.max_ops, max_field_chars=c.max_field_chars, max_object_chars=c.max_object_chars)
+        over = {k: v for k, v in over.items() if v is not None}
+        return dataclasses.replace(spec, **over) if over else spec
+
     def grammar_for(self, role: str, *, nonempty: bool = False) -> str:
-        """The GBNF grammar the agent uses for ``role`` (see :func:`mags_lib.protocol.grammar`)."""
+        """The GBNF grammar the agent uses for ``role`` (its prompt spec's bounds)."""
         if role == "router":
             return ROUTER_GRAMMAR
-        c = self.config
-        return P.grammar(role, min_ops=1 if nonempty else 0, max_ops=c.max_ops,
-                               max_field_chars=c.max_field_chars, max_object_chars=c.max_object_chars)
+        return self.prompt_spec(role).grammar(nonempty=nonempty)
 
     # -- model calls -----------------------------------------------------------------------------
     def extract_many(self, texts: Sequence[str], role: str = "write", *, grammar: bool | None = None,
@@ -571,7 +567,7 @@ class MAGS:
         grammar : bool, optional
             Constrain decoding with the role's GBNF grammar (default: ``config.grammar``).
         few_shot : int, optional
-            Few-shot examples (default: the config's for the role).
+            Few-shot examples (default: the role's prompt spec, see :meth:`prompt_spec`).
         nonempty : bool
             With a grammar, require at least one operation.
 
@@ -582,8 +578,9 @@ class MAGS:
             raise ValueError(f"role must be 'ask' or 'write', got {role!r}")
         texts = [self._check_text(t) for t in texts]
         c = self.config
-        default_shots = c.few_shot_write if role == "write" else c.few_shot_ask
-        shots = few_shot if few_shot is not None else default_shots
+        spec = self.prompt_spec(role)
+        if few_shot is not None:
+            spec = dataclasses.replace(spec, few_shot=few_shot)
         use_grammar = c.grammar if grammar is None else grammar
         gbnf = None
         if use_grammar:
@@ -593,11 +590,10 @@ class MAGS:
                     raise ValueError(f"grammar=True but the {b.name!r} backend has no constrained "
                                      "decoding; use backend='llamacpp'")
             else:
-                gbnf = self.grammar_for(role, nonempty=nonempty)
-        prompts = [P.build_messages(role, t, few_shot=shots) for t in texts]
-        max_new = c.max_new_tokens_write if role == "write" else c.max_new_tokens_ask
-        gens = self.backend(role).generate(prompts, max_new_tokens=max_new, temperature=c.temperature,
-                                           grammar=gbnf, seed=c.seed)
+                gbnf = spec.grammar(nonempty=nonempty)
+        prompts = [spec.messages(t) for t in texts]
+        gens = self.backend(role).generate(prompts, max_new_tokens=spec.max_new_tokens, temperature=c.temperature,
+                                           grammar=gbnf, stop=list(spec.stop) or None, seed=c.seed)
         return [Extraction(input=t, role=role, text=g.text, strict=P.parse(g.text, role=role),
                            lenient=P.parse(g.text, role=role, mode="lenient"),
                            n_new_tokens=g.n_new_tokens, seconds=g.seconds)
@@ -764,7 +760,7 @@ class MAGS:
 
         c = self.config
         b = self.backend("answer")
-        room = c.n_ctx - _PROMPT_ROOM - c.max_new_tokens_answer - b.count_tokens(question)
+        room = c.n_ctx - _PROMPT_ROOM - self.prompt_spec("answer").max_new_tokens - b.count_tokens(question)
         eps = self.graph.episodes()
         items = [RecallItem(text=d["text"], triplet=None, score=0.0,
                             sources=() if d["source"] is None else (d["source"],), path=(d["id"],),
@@ -821,10 +817,12 @@ class MAGS:
                 facts, mem_tokens, used_items = [], 0, []
             else:
                 facts, mem_tokens, used_items = self.pack_facts(res.items)
-            prompt = P.build_messages("answer", question, facts=facts)
-            gen = self.backend("answer").generate([prompt], max_new_tokens=c.max_new_tokens_answer,
+            spec = self.prompt_spec("answer")
+            prompt = spec.messages(question, facts=facts)
+            gen = self.backend("answer").generate([prompt], max_new_tokens=spec.max_new_tokens,
                                                   temperature=c.temperature, seed=c.seed,
-                                                  stop=list(c.answer_stop) or None)[0]
+                                                  stop=list(spec.stop if c.answer_stop is None
+                                                            else c.answer_stop) or None)[0]
         t3 = _time.perf_counter()
         self.n_asks += 1
         self.memory_tokens.append(mem_tokens)

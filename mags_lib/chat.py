@@ -192,8 +192,9 @@ def _parser() -> argparse.ArgumentParser:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--backend", choices=["llamacpp", "transformers", "vllm"], help="default: llamacpp")
     p.add_argument("--models", choices=["base", "trained"],
-                   help="embedded base models (default), or the newest trained ask/write models "
-                   "under models/")
+                   help="embedded base models (default), or the trained ask/write/answer models of "
+                   "--trained-tag under models/<role>/<tag>/")
+    p.add_argument("--trained-tag", help="run tag of the trained models (default: default)")
     p.add_argument("--ask-model", help="ask model (.gguf or folder); overrides --models")
     p.add_argument("--write-model", help="write model (.gguf or folder); overrides --models")
     p.add_argument("--embedder", help="minilm (default) | hash")
@@ -215,7 +216,7 @@ def main(argv: list[str] | None = None, stdin: TextIO | None = None) -> int:
     from .models import ModelNotFoundError
 
     # only what was given on the command line: a loaded session keeps its saved configuration
-    kw = dict(backend=args.backend, models=args.models, ask_model=args.ask_model,
+    kw = dict(backend=args.backend, models=args.models, trained_tag=args.trained_tag, ask_model=args.ask_model,
               write_model=args.write_model, embedder=args.embedder, router=args.router,
               recall_k=args.recall_k, memory_token_budget=args.budget, n_threads=args.threads)
     kw = {k: v for k, v in kw.items() if v is not None}

@@ -1,15 +1,19 @@
-"""Evaluate a model on ask/write test sets: the "before" row (untrained SmolLM2, few-shot prompts).
+"""Evaluate a model on held-out sets of the ask, write and answer roles (the "before" row, and trained stages).
 
-For every evaluation set (rows of one role) and decoding mode the model gets
-``protocol.build_messages(role, input, few_shot=k)`` and decodes greedily, either freely or
-constrained by ``protocol.GRAMMARS[role]`` (llama.cpp GBNF). Outputs are scored with
-:func:`mags_lib.metrics.evaluate_predictions` (adherence, op P/R/F1, exact-triplet P/R/F1, accuracy on
-inputs whose gold is empty). Everything lands in ``out_dir``:
+Every role is prompted and decoded by its :class:`mags_lib.roles.PromptSpec`, the same one the agent
+and the training data use: the untrained model gets the role's *base* prompt (few-shot block, long
+system prompt), a trained model the prompt its ``meta.json`` records (``prompt="auto"``, see
+:func:`mags_lib.roles.prompt_for_model`). Decoding is greedy, either free or constrained by the spec's
+GBNF grammar (llama.cpp; ask and write only). Outputs are scored with
+:func:`mags_lib.metrics.evaluate_predictions` (adherence, op P/R/F1, exact-triplet P/R/F1, accuracy
+on inputs whose gold is empty) or, for the answer role, :func:`mags_lib.metrics.evaluate_answers`
+(accuracy by the game's rule, answerable accuracy, abstention accuracy, false abstentions).
+Everything lands in ``out_dir``:
 
 * ``predictions_<set>_<mode>.jsonl`` -- the generations, one line per example (id, kind, input,
-  gold, output, tokens, seconds), written atomically; reused when the model, prompts, grammar and
+  gold, output, tokens, seconds), written atomically; reused when the model, prompt, grammar and
   rows are unchanged. Per-example scores are recomputed from them on every run (cheap);
-* ``metrics.json`` and ``table.csv`` -- one row per (set, mode); ``by_kind.csv`` -- op F1 per kind.
+* ``metrics.json`` and ``table.csv`` -- one row per (set, mode); ``by_kind.csv`` -- scores per kind.
 
 Command line (the "before" row of the default profile)::
 
@@ -23,7 +27,7 @@ import hashlib
 import json
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -31,8 +35,9 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from . import protocol
-from .metrics import evaluate_predictions
+from .metrics import evaluate_answers, evaluate_predictions
 from .repro import atomic_write_text
+from .roles import ROLE_NAMES, ROLE_SPECS, PromptSpec, prompt_for_model
 
 __all__ = ["EvalConfig", "before_sets", "evaluate_sets", "main", "sample_rows"]
 
@@ -41,25 +46,34 @@ MODES = ("free", "grammar")
 
 @dataclass
 class EvalConfig:
-    """How the model is run and scored."""
+    """How the model is run and scored (its prompt and decoding come from :data:`mags_lib.roles.ROLE_SPECS`)."""
 
     backend: str = "llamacpp"  # llamacpp | transformers | vllm
     model: str | None = None  # None: the embedded SmolLM2-135M-Instruct
-    few_shot: int = 4  # few-shot examples from protocol.FEW_SHOT[role]
-    modes: tuple[str, ...] = MODES  # "free" and/or "grammar" (GBNF-constrained)
-    max_new_tokens: int = 128  # per output
+    prompt: str = "auto"  # auto (the model's own: trained prompt if its meta.json says so) | base | trained
+    modes: tuple[str, ...] = MODES  # "free" and/or "grammar" (GBNF-constrained; ask and write only)
+    max_new_tokens: int | None = None  # None: the prompt spec's; else a cap (e.g. a quick smoke run)
     n_per_set: int = 100  # examples drawn from each evaluation set (0 = all)
     embedder: str = "minilm"  # embedder of the op-F1 metric ("hash" only for tests)
     seed: int = 0  # sampling of the examples
     batch_size: int = 8  # prompts per backend call (progress granularity)
+    retrieval: bool = True  # ask sets with a context: also score the share of gold facts the queries recall
 
     def __post_init__(self) -> None:
         unknown = set(self.modes) - set(MODES)
         if unknown or not self.modes:
             raise ValueError(f"modes must be a non-empty subset of {MODES}, got {self.modes}")
-        if self.few_shot < 0 or self.max_new_tokens < 1 or self.n_per_set < 0 or self.batch_size < 1:
-            raise ValueError("few_shot >= 0, max_new_tokens >= 1, n_per_set >= 0 and batch_size >= 1 required")
+        if self.prompt not in ("auto", "base", "trained"):
+            raise ValueError(f"prompt must be 'auto', 'base' or 'trained', got {self.prompt!r}")
+        if (self.max_new_tokens is not None and self.max_new_tokens < 1) or self.n_per_set < 0 or self.batch_size < 1:
+            raise ValueError("max_new_tokens None or >= 1, n_per_set >= 0 and batch_size >= 1 required")
         self.modes = tuple(self.modes)
+
+    def prompt_spec(self, role: str, model_path: str | None) -> PromptSpec:
+        """The prompt of ``role`` for this evaluation (see the ``prompt`` field)."""
+        if self.prompt == "auto":
+            return prompt_for_model(role, model_path)
+        return ROLE_SPECS[role].prompt(self.prompt == "trained")
 
 
 def sample_rows(rows: Sequence[dict], n: int, seed: int = 0) -> list[dict]:
@@ -88,16 +102,23 @@ def _model_id(backend) -> str:
     return f"{path}:{st.st_size}:{st.st_mtime_ns}"
 
 
-def _key(cfg: EvalConfig, mode: str, rows: Sequence[dict], model_path: str) -> str:
+def _key(cfg: EvalConfig, mode: str, rows: Sequence[dict], model_path: str, spec: PromptSpec) -> str:
     h = hashlib.sha256()
-    h.update(json.dumps({"model": model_path, "backend": cfg.backend, "few_shot": cfg.few_shot, "mode": mode,
-                         "max_new_tokens": cfg.max_new_tokens, "system": protocol.SYSTEM_PROMPTS,
-                         "few_shot_examples": protocol.FEW_SHOT,
-                         "grammars": protocol.GRAMMARS if mode == "grammar" else None},
-                        sort_keys=True).encode())
+    h.update(json.dumps({"model": model_path, "backend": cfg.backend, "mode": mode, "prompt": spec.to_dict(),
+                         "few_shot_examples": protocol.FEW_SHOT.get(spec.role, [])[:spec.few_shot],
+                         "max_new_tokens": _max_new(cfg, spec),
+                         "grammar": spec.grammar() if mode == "grammar" else None}, sort_keys=True).encode())
     for r in rows:
-        h.update(f"{r['id']}\x00{r['input']}\x00{r['response']}\n".encode())
+        h.update(f"{r['id']}\x00{r['input']}\x00{r['response']}\x00{_memory_text(r)}\n".encode())
     return h.hexdigest()[:16]
+
+
+def _memory_text(row: dict) -> str:
+    return protocol.format_facts(row["memory"]) if row.get("role") == "answer" else ""
+
+
+def _max_new(cfg: EvalConfig, spec: PromptSpec) -> int:
+    return spec.max_new_tokens if cfg.max_new_tokens is None else min(cfg.max_new_tokens, spec.max_new_tokens)
 
 
 def _load_cached(path: Path, key: str) -> list[dict] | None:
@@ -120,7 +141,7 @@ def evaluate_sets(sets: dict[str, Sequence[dict]], out_dir: str | Path, config: 
     Parameters
     ----------
     sets : dict
-        Set name -> rows (all of one role; see :mod:`mags_lib.data.render` for the columns).
+        Set name -> rows (all of one role; see :mod:`mags_lib.data` for the columns).
     out_dir : path
         Where predictions, ``metrics.json``, ``table.csv`` and ``by_kind.csv`` go.
     config : EvalConfig, optional
@@ -130,8 +151,11 @@ def evaluate_sets(sets: dict[str, Sequence[dict]], out_dir: str | Path, config: 
     Returns
     -------
     pandas.DataFrame
-        Columns: set, role, mode, n, adherence, op_p, op_r, op_f1, exact_p, exact_r, exact_f1,
-        empty_acc, new_tokens_mean, seconds, tokens_per_s.
+        Columns: set, role, mode, prompt, n, then adherence, op_p, op_r, op_f1, exact_p, exact_r,
+        exact_f1, empty_acc (ask, write; ``retrieval`` for ask sets with a context: the share of the
+        gold facts the predicted queries recall from a graph of the context) or accuracy, answerable_acc, abstain_acc, false_abstain,
+        words_mean (answer), then new_tokens_mean, seconds, tokens_per_s. The grammar mode is not run
+        for the answer role (it has no grammar).
     """
     import pandas as pd
 
@@ -140,62 +164,57 @@ def evaluate_sets(sets: dict[str, Sequence[dict]], out_dir: str | Path, config: 
     out.mkdir(parents=True, exist_ok=True)
     for name, rows in sets.items():
         roles = {r["role"] for r in rows}
-        if len(roles) != 1 or roles - set(protocol.ROLES):
-            raise ValueError(f"set {name!r} must hold rows of one role ('ask' or 'write'), found {sorted(roles)}")
+        if len(roles) != 1 or roles - set(ROLE_NAMES):
+            raise ValueError(f"set {name!r} must hold rows of one role (ask, write or answer), found {sorted(roles)}")
     picked = {name: sample_rows(rows, cfg.n_per_set, cfg.seed) for name, rows in sets.items()}
     own = backend is None
     if own:
         from .backends import load_backend
 
         backend = load_backend(cfg.backend, model=cfg.model)
-    if "grammar" in cfg.modes and not backend.supports_grammar:
+    needs_grammar = any(rows and rows[0]["role"] != "answer" for rows in picked.values())
+    if "grammar" in cfg.modes and needs_grammar and not backend.supports_grammar:
         raise ValueError(f"backend {backend.name!r} cannot constrain decoding: drop 'grammar' from modes or "
                          "use the 'llamacpp' backend")
     table, by_kind = [], []
     try:
-        total = sum(len(r) for r in picked.values()) * len(cfg.modes)
-        bar = tqdm(total=total, desc="evaluate", disable=not progress)
-        for name, rows in picked.items():
-            role = rows[0]["role"] if rows else "ask"
-            prompts = [protocol.build_messages(role, r["input"], few_shot=cfg.few_shot) for r in rows]
-            for mode in cfg.modes:
-                key = _key(cfg, mode, rows, _model_id(backend))
-                pred_path = out / f"predictions_{name}_{mode}.jsonl"
-                records = _load_cached(pred_path, key)
-                if records is None:
-                    records = []
-                    grammar = protocol.GRAMMARS[role] if mode == "grammar" else None
-                    for start in range(0, len(rows), cfg.batch_size):
-                        chunk = prompts[start:start + cfg.batch_size]
-                        gens = backend.generate(chunk, max_new_tokens=cfg.max_new_tokens, temperature=0.0,
-                                                grammar=grammar, seed=cfg.seed)
-                        for r, g in zip(rows[start:start + cfg.batch_size], gens):
-                            records.append({"id": r["id"], "kind": r["kind"], "input": r["input"],
-                                            "gold": r["response"], "output": g.text,
-                                            "n_prompt_tokens": g.n_prompt_tokens, "n_new_tokens": g.n_new_tokens,
-                                            "seconds": g.seconds})
-                        bar.update(len(chunk))
-                    lines = [json.dumps({"cache_key": key, "set": name, "mode": mode, "config": asdict(cfg)},
-                                        default=str)]
-                    lines += [json.dumps(x, ensure_ascii=False) for x in records]
-                    atomic_write_text(pred_path, "\n".join(lines) + "\n")
-                else:
-                    bar.update(len(rows))
-                rep = evaluate_predictions([x["output"] for x in records], [x["gold"] for x in records], role,
-                                           embedder=cfg.embedder)
-                for x, pe in zip(records, rep.per_example):
-                    x.update(pe)
-                secs = float(sum(x["seconds"] for x in records))
-                new_tok = float(sum(x["n_new_tokens"] for x in records))
-                table.append({"set": name, "role": role, "mode": mode, **rep.summary(),
-                              "new_tokens_mean": new_tok / max(1, len(records)), "seconds": secs,
-                              "tokens_per_s": new_tok / secs if secs > 0 else 0.0})
-                df = pd.DataFrame(records)
-                if len(df):
-                    for kind, grp in df.groupby("kind"):
-                        by_kind.append({"set": name, "mode": mode, "kind": kind, "n": len(grp),
-                                        "adherence": grp["adheres"].mean(), "op_f1_mean": grp["op_f1"].mean(),
-                                        "exact_f1_mean": grp["exact_f1"].mean()})
+        jobs = [(name, mode) for name, rows in picked.items() for mode in cfg.modes
+                if rows and not (mode == "grammar" and rows[0]["role"] == "answer")]
+        bar = tqdm(total=sum(len(picked[n]) for n, _ in jobs), desc="evaluate", disable=not progress)
+        for name, mode in jobs:
+            rows = picked[name]
+            role = rows[0]["role"]
+            spec = cfg.prompt_spec(role, getattr(backend, "model_path", None) or cfg.model)
+            records = _generate(backend, rows, spec, mode, cfg, out, name, bar)
+            outputs = [x["output"] for x in records]
+            if role == "answer":
+                rep = evaluate_answers(outputs, [list(r["aliases"]) for r in rows])
+                score_cols = ("correct", "abstained")
+            else:
+                rep = evaluate_predictions(outputs, [x["gold"] for x in records], role, embedder=cfg.embedder)
+                score_cols = ("adheres", "op_f1", "exact_f1")
+            for x, pe in zip(records, rep.per_example):
+                x.update(pe)
+            extra = {}
+            if role == "ask" and cfg.retrieval and any(r.get("context") for r in rows):
+                from .rewards import ask_retrieval_reward
+
+                got = ask_retrieval_reward(outputs, context=[r.get("context") or [] for r in rows],
+                                           gold_facts=[r.get("gold_facts") or [] for r in rows],
+                                           embedder=cfg.embedder, seed=cfg.seed)
+                for x, v in zip(records, got):
+                    x["retrieval"] = v
+                extra["retrieval"] = float(np.mean(got))
+                score_cols += ("retrieval",)
+            secs = float(sum(x["seconds"] for x in records))
+            new_tok = float(sum(x["n_new_tokens"] for x in records))
+            table.append({"set": name, "role": role, "mode": mode, "prompt": spec.name, **rep.summary(), **extra,
+                          "new_tokens_mean": new_tok / max(1, len(records)), "seconds": secs,
+                          "tokens_per_s": new_tok / secs if secs > 0 else 0.0})
+            df = pd.DataFrame(records)
+            for kind, grp in df.groupby("kind"):
+                by_kind.append({"set": name, "mode": mode, "kind": kind, "n": len(grp),
+                                **{f"{c}_mean": float(grp[c].mean()) for c in score_cols}})
         bar.close()
     finally:
         if own:
@@ -203,20 +222,59 @@ def evaluate_sets(sets: dict[str, Sequence[dict]], out_dir: str | Path, config: 
     result = pd.DataFrame(table)
     result.to_csv(out / "table.csv", index=False)
     pd.DataFrame(by_kind).to_csv(out / "by_kind.csv", index=False)
-    (out / "metrics.json").write_text(json.dumps({"config": asdict(cfg), "rows": table}, indent=1, default=str))
+    atomic_write_text(out / "metrics.json", json.dumps({"config": asdict(cfg), "rows": table}, indent=1, default=str))
     return result
 
 
-def before_sets(profile: str = "default", root: str | Path | None = None,
-                sources: Sequence[str] = ("gen", "seed")) -> dict[str, list[dict]]:
-    """Test splits of the processed datasets of ``profile`` (``gen_ask``, ``gen_write``, ``seed_ask``, ...)."""
-    from .data import dataset_name, load_processed
+def _generate(backend, rows: list[dict], spec: PromptSpec, mode: str, cfg: EvalConfig, out: Path, name: str,
+              bar) -> list[dict]:
+    """The model's outputs for ``rows`` (cached in ``predictions_<name>_<mode>.jsonl``)."""
+    key = _key(cfg, mode, rows, _model_id(backend), spec)
+    pred_path = out / f"predictions_{name}_{mode}.jsonl"
+    records = _load_cached(pred_path, key)
+    if records is not None:
+        bar.update(len(rows))
+        return records
+    records = []
+    grammar = spec.grammar() if mode == "grammar" else None
+    prompts = [spec.messages(r["input"], facts=r["memory"] if spec.role == "answer" else None) for r in rows]
+    for start in range(0, len(rows), cfg.batch_size):
+        chunk = prompts[start:start + cfg.batch_size]
+        gens = backend.generate(chunk, max_new_tokens=_max_new(cfg, spec), temperature=0.0, grammar=grammar,
+                                stop=list(spec.stop) or None, seed=cfg.seed)
+        for r, g in zip(rows[start:start + cfg.batch_size], gens):
+            records.append({"id": r["id"], "kind": r["kind"], "input": r["input"], "gold": r["response"],
+                            "output": g.text, "n_prompt_tokens": g.n_prompt_tokens, "n_new_tokens": g.n_new_tokens,
+                            "seconds": g.seconds})
+        bar.update(len(chunk))
+    lines = [json.dumps({"cache_key": key, "set": name, "mode": mode, "config": asdict(cfg),
+                         "prompt": spec.to_dict()}, default=str)]
+    lines += [json.dumps(x, ensure_ascii=False) for x in records]
+    atomic_write_text(pred_path, "\n".join(lines) + "\n")
+    return records
 
-    sets = {}
+
+def before_sets(profile: str = "default", root: str | Path | None = None,
+                sources: Sequence[str] = ("gen", "seed"), roles: Sequence[str] = ROLE_NAMES, *,
+                split: str = "test", note: Callable[[str], None] | None = print) -> dict[str, list[dict]]:
+    """Held-out splits of the processed datasets of ``profile`` (``gen_ask``, ``gen_write``,
+    ``gen_answer``, ``seed_ask``, ``seed_write``). The seed datasets are optional: when they were
+    not imported, ``note`` gets one line saying they were skipped and how to add them."""
+    from .data import dataset_name, load_processed, processed_root
+
+    sets, missing = {}, []
     for source in sources:
-        for role in protocol.ROLES:
+        for role in roles:
+            if source == "seed" and role == "answer":
+                continue
             name = dataset_name(source, role, profile)
-            sets[name] = load_processed(name, root=root)["test"].to_list()
+            if source == "seed" and not (processed_root(root) / name / "data").exists():
+                missing.append(name)
+                continue
+            sets[name] = load_processed(name, root=root)[split].to_list()
+    if missing and note is not None:
+        note(f"seed sets skipped ({', '.join(missing)} not in data/processed): notebook 10 imports them when "
+             "../shared/data/seed_syn_dual exists (or pass -p seed_path=... to it)")
     return sets
 
 
@@ -229,14 +287,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--run-tag", default="default")
     ap.add_argument("--stage", default="10_generate_datasets")
     ap.add_argument("--n", type=int, default=100, help="examples per set (0 = all)")
-    ap.add_argument("--few-shot", type=int, default=4)
     ap.add_argument("--backend", default="llamacpp")
     ap.add_argument("--model", default=None)
     ap.add_argument("--modes", default="free,grammar")
     ap.add_argument("--seed", type=int, default=0)
     a = ap.parse_args(argv)
-    cfg = EvalConfig(backend=a.backend, model=a.model, few_shot=a.few_shot, modes=tuple(a.modes.split(",")),
-                     n_per_set=a.n, seed=a.seed)
+    cfg = EvalConfig(backend=a.backend, model=a.model, modes=tuple(a.modes.split(",")), n_per_set=a.n, seed=a.seed)
     out = repro.run_dir(a.run_tag, a.stage) / "before"
     t0 = time.time()
     df = evaluate_sets(before_sets(a.profile), out, cfg)

@@ -18,6 +18,13 @@ parsed strictly. The content compared for a write is ``"subject relation object"
 Conventions for empty sets: precision is 1 when nothing was predicted, recall is 1 when nothing
 was expected, and F1 is 1 when both are empty (an empty output for an input with nothing to
 store is a perfect answer), else ``2PR / (P + R)`` (0 when P + R = 0).
+
+Answers (the reader) are scored by the game's rule (DESIGN.md): a response is **correct** when,
+after :func:`mags_lib.protocol.normalize_text`, one alias occurs in it as a whole-word run
+(:func:`answer_matches`); a question with no alias (nothing in memory answers it) is correct when the
+response is an **abstention** (:func:`is_abstention`: one of :data:`ABSTAIN_PHRASES`, which include
+``protocol.ABSTAIN_ANSWER``). :func:`evaluate_answers` reports accuracy over all questions, over the
+answerable ones, abstention accuracy over the unanswerable ones, and the false-abstention rate.
 """
 
 from __future__ import annotations
@@ -32,10 +39,16 @@ from . import protocol
 from .protocol import Op
 
 __all__ = [
+    "ABSTAIN_PHRASES",
+    "AnswerReport",
     "PRF",
     "SIM_THRESHOLD",
     "EvalReport",
     "adherence",
+    "answer_correct",
+    "answer_matches",
+    "evaluate_answers",
+    "is_abstention",
     "evaluate_predictions",
     "exact_key",
     "exact_matches",
@@ -248,3 +261,111 @@ def evaluate_predictions(predictions: Sequence[str], golds: Sequence[str], roles
                       exact=prf(tp_e, n_p, n_g),
                       empty_accuracy=empty_hits / empty_total if empty_total else float("nan"),
                       per_example=per_example)
+
+
+# --------------------------------------------------------------------------------------------------
+# answers (the reader), by the game's scoring rule
+ABSTAIN_PHRASES: tuple[str, ...] = (
+    protocol.ABSTAIN_ANSWER, "not in my memory", "not in memory", "i don't know", "i do not know",
+    "i don't remember", "i do not remember", "no information", "don't have that information",
+    "do not have that information", "unknown", "cannot answer", "can't answer", "no idea", "not sure",
+)
+"""Phrases that make a response an abstention (matched normalised, as whole-word runs)."""
+_ABSTAIN_NORM = tuple(dict.fromkeys(protocol.normalize_text(p) for p in ABSTAIN_PHRASES))
+
+
+def _has_run(text_norm: str, phrase_norm: str) -> bool:
+    return bool(phrase_norm) and f" {phrase_norm} " in f" {text_norm} "
+
+
+def answer_matches(response: str, aliases: Sequence[str]) -> bool:
+    """Whether a normalised alias occurs in the normalised response as a whole-word run.
+
+    >>> answer_matches("They eat the frozen lemons.", ["frozen lemons"])
+    True
+    >>> answer_matches("category", ["cat"]), answer_matches("anything", [])
+    (False, False)
+    """
+    norm = protocol.normalize_text(response)
+    return any(_has_run(norm, protocol.normalize_text(a)) for a in aliases)
+
+
+def is_abstention(response: str) -> bool:
+    """Whether the response says the information is unknown / not in memory.
+
+    >>> is_abstention(protocol.ABSTAIN_ANSWER), is_abstention("I don't know."), is_abstention("Knowing")
+    (True, True, False)
+    """
+    norm = protocol.normalize_text(response)
+    return any(_has_run(norm, p) for p in _ABSTAIN_NORM)
+
+
+def answer_correct(response: str, aliases: Sequence[str]) -> bool:
+    """The game's rule: an alias matches (:func:`answer_matches`); with no alias, an abstention.
+
+    >>> answer_correct("frozen lemons", ["frozen lemons"]), answer_correct("I don't know", [])
+    (True, True)
+    >>> answer_correct("frozen lemons", [])
+    False
+    """
+    return answer_matches(response, aliases) if aliases else is_abstention(response)
+
+
+@dataclass
+class AnswerReport:
+    """Scores of reader responses against aliases.
+
+    Attributes
+    ----------
+    accuracy : float
+        Share of all questions answered correctly (:func:`answer_correct`).
+    answerable_accuracy : float
+        Share of answerable questions (with aliases) whose response matches an alias.
+    abstain_accuracy : float
+        Share of unanswerable questions (no alias) answered with an abstention.
+    false_abstain : float
+        Share of answerable questions answered with an abstention.
+    """
+
+    n: int
+    n_answerable: int
+    accuracy: float
+    answerable_accuracy: float
+    abstain_accuracy: float
+    false_abstain: float
+    words_mean: float
+    per_example: list[dict] = field(default_factory=list, repr=False)
+
+    def summary(self) -> dict:
+        return {"n": self.n, "n_answerable": self.n_answerable, "accuracy": self.accuracy,
+                "answerable_acc": self.answerable_accuracy, "abstain_acc": self.abstain_accuracy,
+                "false_abstain": self.false_abstain, "words_mean": self.words_mean}
+
+
+def evaluate_answers(predictions: Sequence[str], aliases: Sequence[Sequence[str]]) -> AnswerReport:
+    """Accuracy, answerable accuracy, abstention accuracy and false abstentions of reader responses.
+
+    >>> r = evaluate_answers(["frozen lemons", "I don't know", "figs", protocol.ABSTAIN_ANSWER],
+    ...                      [["frozen lemons"], ["copper caves"], [], []])
+    >>> r.accuracy, r.answerable_accuracy, r.abstain_accuracy, r.false_abstain
+    (0.5, 0.5, 0.5, 0.5)
+    """
+    if len(predictions) != len(aliases):
+        raise ValueError(f"{len(predictions)} predictions but {len(aliases)} alias lists")
+    per, nan = [], float("nan")
+    for p, al in zip(predictions, aliases):
+        if isinstance(al, str):
+            raise TypeError("aliases must be a list of alias lists (one list per question), not a string")
+        al = list(al)
+        per.append({"answerable": bool(al), "correct": answer_correct(p, al), "abstained": is_abstention(p),
+                    "words": len(str(p).split())})
+
+    def share(rows, key):
+        return sum(r[key] for r in rows) / len(rows) if rows else nan
+
+    ans = [r for r in per if r["answerable"]]
+    una = [r for r in per if not r["answerable"]]
+    return AnswerReport(n=len(per), n_answerable=len(ans), accuracy=share(per, "correct"),
+                        answerable_accuracy=share(ans, "correct"), abstain_accuracy=share(una, "correct"),
+                        false_abstain=share(ans, "abstained"),
+                        words_mean=float(np.mean([r["words"] for r in per])) if per else nan, per_example=per)

@@ -44,12 +44,13 @@ from __future__ import annotations
 import re
 import string
 from dataclasses import dataclass, field
-from typing import Iterable, Sequence
+from typing import Iterable, Mapping, Sequence
 
 __all__ = [
     "ROLES", "TAGS", "Op", "Parsed", "parse", "split_triplet", "escape_field", "serialize", "SCAN_WORK",
     "asks_to_text", "writes_to_text", "normalize_text", "normalize_triplet", "GRAMMARS", "grammar",
-    "SYSTEM_PROMPTS", "FEW_SHOT", "build_messages", "format_facts", "format_item", "ABSTAIN_ANSWER",
+    "SYSTEM_PROMPTS", "TRAINED_SYSTEM_PROMPTS", "FEW_SHOT", "build_messages", "format_facts", "format_item",
+    "ABSTAIN_ANSWER",
 ]
 
 ROLES = ("ask", "write")
@@ -452,6 +453,15 @@ SYSTEM_PROMPTS: dict[str, str] = {
     ),
 }
 
+# A trained model's prompt: no few-shot block and a short system prompt (the role is learned, not
+# explained), so a training example and every later call cost few tokens. Which prompt a model was
+# trained with is recorded in its meta.json (see mags_lib.roles); the agent uses exactly that prompt.
+TRAINED_SYSTEM_PROMPTS: dict[str, str] = {
+    "write": "Store the facts of the input as <memory_write>subject,relation,object</memory_write> tags.",
+    "ask": "Turn what the input asks into <memory_ask>search query</memory_ask> tags.",
+    "answer": "Answer the question in a few words from the memory, or say it is not in memory.",
+}
+
 FEW_SHOT: dict[str, list[tuple[str, str]]] = {
     "write": [
         ("Trelms are green lizards that live in salt marshes.",
@@ -529,15 +539,36 @@ def format_item(text: str, *, time: str | None = None, current: bool | None = No
     return f"({', '.join(tags)}) {line}" if tags else line
 
 
-def format_facts(facts: Sequence[str]) -> str:
-    """The memory block of the answer prompt (one numbered fact a line, or a 'no facts' line)."""
+def format_facts(facts: Sequence) -> str:
+    """The memory block of the answer prompt: one numbered item a line, or a 'no facts' line.
+
+    Each entry is a line of text (used as is, whitespace collapsed) or a mapping with the keywords
+    of :func:`format_item` (``text``, ``time``, ``current``, ``speaker``).
+
+    >>> print(format_facts(["blorps eat lemons", {"text": "blorps eat figs", "time": "2023-01-02",
+    ...                                           "current": False}]))
+    Memory:
+    1. blorps eat lemons
+    2. (2023-01-02, no longer true) blorps eat figs
+    >>> format_facts([])
+    'Memory: (no relevant facts)'
+    """
     if not facts:
         return "Memory: (no relevant facts)"
-    return "Memory:\n" + "\n".join(f"{i + 1}. {f}" for i, f in enumerate(facts))
+    lines = []
+    for f in facts:
+        if isinstance(f, str):
+            lines.append(" ".join(f.split()))
+        elif isinstance(f, Mapping):
+            lines.append(format_item(f.get("text", ""), time=f.get("time"), current=f.get("current"),
+                                     speaker=f.get("speaker")))
+        else:
+            raise TypeError(f"a memory item is a str or a mapping with 'text', got {type(f).__name__}")
+    return "Memory:\n" + "\n".join(f"{i + 1}. {line}" for i, line in enumerate(lines))
 
 
-def build_messages(role: str, text: str, *, few_shot: int = 0,
-                   facts: Sequence[str] | None = None) -> list[dict[str, str]]:
+def build_messages(role: str, text: str, *, few_shot: int = 0, facts: Sequence | None = None,
+                   system: str | None = None) -> list[dict[str, str]]:
     """Chat messages for ``role`` in ``("ask", "write", "answer", "router")``.
 
     Parameters
@@ -547,8 +578,11 @@ def build_messages(role: str, text: str, *, few_shot: int = 0,
         The input (for ``answer``: the question).
     few_shot : int
         How many of ``FEW_SHOT[role]`` to prepend as user/assistant turns (clipped to what exists).
-    facts : list of str, optional
-        Recalled facts, for the ``answer`` role only.
+    facts : list of str or mappings, optional
+        Recalled items, for the ``answer`` role only (see :func:`format_facts`).
+    system : str, optional
+        The system prompt (default ``SYSTEM_PROMPTS[role]``; a trained model's own prompt is
+        ``TRAINED_SYSTEM_PROMPTS[role]``, see :mod:`mags_lib.roles`).
 
     Examples
     --------
@@ -559,7 +593,7 @@ def build_messages(role: str, text: str, *, few_shot: int = 0,
         raise ValueError(f"unknown role {role!r}: use one of {sorted(SYSTEM_PROMPTS)}")
     if few_shot < 0:
         raise ValueError(f"few_shot must be >= 0, got {few_shot}")
-    msgs = [{"role": "system", "content": SYSTEM_PROMPTS[role]}]
+    msgs = [{"role": "system", "content": SYSTEM_PROMPTS[role] if system is None else system}]
     for inp, out in FEW_SHOT[role][:few_shot]:
         msgs.append({"role": "user", "content": inp})
         msgs.append({"role": "assistant", "content": out})

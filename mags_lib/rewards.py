@@ -1,11 +1,12 @@
-"""Reward functions for GRPO on the ask and write roles, chosen by name from :data:`REGISTRY`.
+"""Reward functions for GRPO on the ask, write and answer roles, chosen by name from :data:`REGISTRY`.
 
 Every function has TRL's signature ``(completions, **kwargs) -> list[float]``: ``completions`` is a
 list of strings or of chat message lists (``[{"role": "assistant", "content": ...}]``), and the
 dataset's columns arrive as keyword lists of the same length (``role``, ``response``, ``context``,
-``gold_facts``; see :mod:`mags_lib.data.render`). A scalar column (``role``, ``response``) may also
+``gold_facts``; see :mod:`mags_lib.data.render`; the answer role's ``aliases``, see
+:mod:`mags_lib.data.answer`). A scalar column (``role``, ``response``) may also
 be given as a single string for all completions; list-valued columns (``context``, ``gold_facts``)
-must always hold one entry per completion. Rewards are pure (no global counters, no state kept between calls except the
+(and ``aliases``) must always hold one entry per completion. Rewards are pure (no global counters, no state kept between calls except the
 shared embedding model) and picklable (module-level functions; :func:`get_reward` binds options with
 :func:`functools.partial` and keeps ``__name__`` for TRL's logs).
 
@@ -21,6 +22,11 @@ name                      range         what it scores
 ``ask_retrieval``         [0, 1]        share of ``gold_facts`` that the asked queries retrieve
                                         from a small LiquidGraph built from ``context``
 ``length``                [-1, 0]       penalty for output longer than ``slack`` x gold + margin
+``answer_correct``        {0, 1}        answer role: the game's rule (an alias as a whole-word run;
+                                        with no alias, an abstention)
+``abstention``            {0, 1}        answer role: abstains exactly when there is no alias
+``brevity``               [-1, 0]       answer role: penalty for words beyond ``slack`` x the gold
+                                        answer's words + ``margin``
 ========================  ============  ===========================================================
 """
 
@@ -31,11 +37,22 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from . import protocol
-from .metrics import SIM_THRESHOLD, exact_matches, prf, resolve_embedder, semantic_matches
+from .metrics import (
+    SIM_THRESHOLD,
+    answer_correct,
+    exact_matches,
+    is_abstention,
+    prf,
+    resolve_embedder,
+    semantic_matches,
+)
 
 __all__ = [
     "REGISTRY",
+    "abstention_reward",
+    "answer_correct_reward",
     "ask_retrieval_reward",
+    "brevity_reward",
     "completion_text",
     "exact_f1_reward",
     "format_reward",
@@ -237,6 +254,60 @@ def length_penalty(completions: Sequence, response: Sequence[str] | str | None =
     return out
 
 
+def _aliases(aliases, n: int) -> list[list[str]]:
+    if aliases is None:
+        raise ValueError("this reward needs the dataset column 'aliases' (one list of aliases per completion)")
+    if not isinstance(aliases, (list, tuple)) or len(aliases) != n:
+        raise ValueError(f"column 'aliases' must hold one list per completion ({n}), got {aliases!r:.80}")
+    out = []
+    for a in aliases:
+        if isinstance(a, str) or not isinstance(a, (list, tuple)):
+            raise ValueError(f"each entry of 'aliases' is a list of strings, got {a!r:.80}")
+        out.append([str(x) for x in a])
+    return out
+
+
+def answer_correct_reward(completions: Sequence, aliases: Sequence[Sequence[str]] | None = None,
+                          **kwargs) -> list[float]:
+    """1.0 when the answer is correct by the game's rule (:func:`mags_lib.metrics.answer_correct`).
+
+    >>> answer_correct_reward(["Frozen lemons.", "lemons", "I don't know", "I don't know"],
+    ...                       aliases=[["frozen lemons"], ["frozen lemons"], [], ["figs"]])
+    [1.0, 0.0, 1.0, 0.0]
+    """
+    return [float(answer_correct(completion_text(c), a)) for c, a in zip(completions, _aliases(aliases, len(completions)))]
+
+
+def abstention_reward(completions: Sequence, aliases: Sequence[Sequence[str]] | None = None,
+                      **kwargs) -> list[float]:
+    """1.0 when the output abstains exactly when nothing answers (no alias), whatever else it says.
+
+    >>> abstention_reward(["figs", "I don't know", "figs", "not in memory"], aliases=[["figs"], ["figs"], [], []])
+    [1.0, 0.0, 0.0, 1.0]
+    """
+    return [float(is_abstention(completion_text(c)) == (not a))
+            for c, a in zip(completions, _aliases(aliases, len(completions)))]
+
+
+def brevity_reward(completions: Sequence, response: Sequence[str] | str | None = None, *, slack: float = 1.5,
+                   margin: int = 2, scale: int = 10, **kwargs) -> list[float]:
+    """Penalty in [-1, 0] for words beyond ``slack`` x the gold answer's words + ``margin``, reaching -1
+    after ``scale`` more words (the reader answers in a few words; hedges and sentences cost).
+
+    >>> brevity_reward(["frozen lemons", "they eat frozen lemons every day", "a " * 30],
+    ...                response="frozen lemons")
+    [0.0, -0.1, -1.0]
+    """
+    if slack < 0 or margin < 0 or scale <= 0:
+        raise ValueError("brevity_reward needs slack >= 0, margin >= 0 and scale > 0")
+    golds = _column(response, len(completions), "response", default="")
+    out = []
+    for c, g in zip(completions, golds):
+        excess = len(completion_text(c).split()) - (slack * len((g or "").split()) + margin)
+        out.append(-round(min(1.0, excess / scale), 4) if excess > 0 else 0.0)
+    return out
+
+
 REGISTRY: dict[str, Callable[..., list[float]]] = {
     "format": format_reward,
     "role": role_reward,
@@ -244,6 +315,9 @@ REGISTRY: dict[str, Callable[..., list[float]]] = {
     "op_f1": op_f1_reward,
     "ask_retrieval": ask_retrieval_reward,
     "length": length_penalty,
+    "answer_correct": answer_correct_reward,
+    "abstention": abstention_reward,
+    "brevity": brevity_reward,
 }
 
 

@@ -18,8 +18,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
-import time
 
 import pytest
 
@@ -147,8 +145,9 @@ def test_ask_gives_the_answer_model_the_recalled_facts(scripted):
     assert "(2023-05-08) Blorps eat frozen lemons" in a.facts
     assert a.facts == [m.render_item(it) for it in a.items] and "S2" in a.sources
     seen = backends["answer"].calls[-1]["content"]
+    assert seen == m.prompt_spec("answer").messages("What do blorps eat?", facts=a.facts)[-1]["content"]
     assert seen == P.build_messages("answer", "What do blorps eat?", facts=a.facts)[-1]["content"]
-    assert backends["answer"].calls[-1]["stop"] == list(m.config.answer_stop)
+    assert backends["answer"].calls[-1]["stop"] == list(m.prompt_spec("answer").stop) == ["\n"]
     assert backends["ask"].calls[-1]["grammar"] == m.grammar_for("ask")
     assert a.memory_tokens == backends["answer"].count_tokens(P.format_facts(a.facts))
 
@@ -387,20 +386,15 @@ def test_trained_models_missing_is_a_clear_error(tmp_path):
         MAGS.default(models="trained", models_root=str(tmp_path), embedder="hash")
 
 
-def test_find_trained_model_picks_newest(tmp_path):
-    old = tmp_path / "trained" / "write" / "run1" / "write.gguf"
-    new = tmp_path / "trained" / "write" / "run2" / "write.gguf"
-    hf = tmp_path / "trained" / "write" / "run3"
-    for p in (old, new):
-        p.parent.mkdir(parents=True)
-        p.write_bytes(b"GGUF")
-    hf.mkdir(parents=True)
-    (hf / "adapter_config.json").write_text("{}")
-    os.utime(old, (time.time() - 100, time.time() - 100))
-    assert find_trained_model("write", models_root=tmp_path) == new
-    assert find_trained_model("write", backend="transformers", models_root=tmp_path) == hf
+def test_find_trained_model_resolves_by_run_tag(tmp_path):
+    """The layout and the never-mix-tags rule are tested in tests/test_training_layout.py."""
+    run = tmp_path / "write" / "run2"
+    (run / "sft").mkdir(parents=True)
+    (run / "sft" / "adapter_config.json").write_text("{}")
+    (run / "meta.json").write_text(json.dumps({"format": "mags-trained-model", "final_stage": "sft"}))
+    assert find_trained_model("write", run_tag="run2", backend="transformers", models_root=tmp_path) == run / "sft"
     with pytest.raises(ModelNotFoundError, match="no trained ask model"):
-        find_trained_model("ask", models_root=tmp_path)
+        find_trained_model("ask", run_tag="run2", models_root=tmp_path)
 
 
 def test_empty_input_is_rejected_before_any_model_call():

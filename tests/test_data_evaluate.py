@@ -7,7 +7,8 @@ import pytest
 
 from mags_lib import protocol
 from mags_lib.backends import Generation
-from mags_lib.evaluate import EvalConfig, evaluate_sets, sample_rows
+from mags_lib.evaluate import EvalConfig, before_sets, evaluate_sets, sample_rows
+from mags_lib.roles import ROLE_SPECS
 
 
 class EchoBackend:
@@ -51,20 +52,22 @@ def test_evaluate_sets_writes_table_and_uses_grammar(tmp_path):
     gold = {r["input"]: r["response"] for rows in sets.values() for r in rows}
     # chatty: inputs 1 and 3 of each set, both of kind "single" (odd rows), spread over two batches
     be = EchoBackend(gold, chatty={f"input {role} {i}" for role in ("ask", "write") for i in (1, 3)})
-    df = evaluate_sets(sets, tmp_path, EvalConfig(n_per_set=0, embedder="hash", batch_size=3, few_shot=2),
+    df = evaluate_sets(sets, tmp_path, EvalConfig(n_per_set=0, embedder="hash", batch_size=3),
                        backend=be, progress=False)
     assert list(df["mode"]) == ["free", "grammar", "free", "grammar"]
     grammar_rows = df[df["mode"] == "grammar"]
     assert (grammar_rows["adherence"] == 1.0).all() and (grammar_rows["exact_f1"] == 1.0).all()
     free = df[df["mode"] == "free"]
     assert list(free["adherence"]) == [4 / 6, 4 / 6]  # the 2 chatty outputs of 6 per set do not adhere
-    assert {c["grammar"] for c in be.calls} == {None, protocol.GRAMMARS["ask"], protocol.GRAMMARS["write"]}
+    # the agent's grammar of each role (the base prompt spec's bounds), nothing else
+    assert {c["grammar"] for c in be.calls} == {None, ROLE_SPECS["ask"].base.grammar(),
+                                                ROLE_SPECS["write"].base.grammar()}
     assert all(c["temperature"] == 0.0 for c in be.calls)
     for f in ("table.csv", "by_kind.csv", "metrics.json", "predictions_gen_ask_free.jsonl"):
         assert (tmp_path / f).exists()
     by_kind = pd.read_csv(tmp_path / "by_kind.csv")
     assert len(by_kind) == 8
-    free_kinds = by_kind[by_kind["mode"] == "free"].set_index(["set", "kind"])["adherence"]
+    free_kinds = by_kind[by_kind["mode"] == "free"].set_index(["set", "kind"])["adheres_mean"]
     assert free_kinds.to_dict() == {("gen_ask", "multi"): 1.0, ("gen_ask", "single"): 1 / 3,
                                     ("gen_write", "multi"): 1.0, ("gen_write", "single"): 1 / 3}
     lines = (tmp_path / "predictions_gen_write_grammar.jsonl").read_text().splitlines()
@@ -72,7 +75,7 @@ def test_evaluate_sets_writes_table_and_uses_grammar(tmp_path):
 
     # a second run with the same model, prompts and rows reuses the predictions
     n_calls = len(be.calls)
-    df2 = evaluate_sets(sets, tmp_path, EvalConfig(n_per_set=0, embedder="hash", batch_size=3, few_shot=2),
+    df2 = evaluate_sets(sets, tmp_path, EvalConfig(n_per_set=0, embedder="hash", batch_size=3),
                         backend=be, progress=False)
     assert len(be.calls) == n_calls
     pd.testing.assert_frame_equal(df, df2)
@@ -95,18 +98,91 @@ def test_cache_is_invalidated_when_the_model_file_changes(tmp_path):
     assert len(be.calls) > n  # changed file: generated again
 
 
-def test_prompts_carry_few_shot_examples(tmp_path):
+class Spy(EchoBackend):
+    """Records every prompt it is given."""
+
+    def __init__(self, gold_by_input):
+        super().__init__(gold_by_input)
+        self.seen = []
+
+    def generate(self, prompts, **kw):
+        self.seen.extend(prompts)
+        return super().generate(prompts, **kw)
+
+
+def test_prompts_are_the_role_spec(tmp_path):
     sets = {"s": _rows("ask", 2)}
+    spy = Spy({r["input"]: r["response"] for r in sets["s"]})
+    seen = spy.seen
+    evaluate_sets(sets, tmp_path, EvalConfig(n_per_set=0, embedder="hash", modes=("free",)), backend=spy,
+                  progress=False)
+    # an untrained model gets the base prompt: the agent's few-shot block and system prompt
+    assert seen[0] == ROLE_SPECS["ask"].base.messages("input ask 0")
+    assert len(seen[0]) == 2 + 2 * ROLE_SPECS["ask"].base.few_shot
+    seen.clear()
+    evaluate_sets(sets, tmp_path / "t", EvalConfig(n_per_set=0, embedder="hash", modes=("free",), prompt="trained"),
+                  backend=spy, progress=False)
+    assert seen[0] == ROLE_SPECS["ask"].trained.messages("input ask 0") and len(seen[0]) == 2
+
+
+def test_a_trained_model_is_prompted_as_its_meta_says(tmp_path):
+    """prompt='auto' reads the run's meta.json: the prompt the model was trained with."""
+    run = tmp_path / "models" / "ask" / "r1"
+    (run / "sft").mkdir(parents=True)
+    odd = ROLE_SPECS["ask"].trained.to_dict() | {"system": "Ask, tersely."}
+    (run / "meta.json").write_text(json.dumps({"format": "mags-trained-model", "role": "ask", "prompt": odd,
+                                               "final_stage": "sft"}))
+    sets = {"s": _rows("ask", 1)}
+    spy = Spy({r["input"]: r["response"] for r in sets["s"]})
+    spy.model_path = str(run / "sft")
+    seen = spy.seen
+    evaluate_sets(sets, tmp_path / "o", EvalConfig(n_per_set=0, embedder="hash", modes=("free",)), backend=spy,
+                  progress=False)
+    assert seen[0][0] == {"role": "system", "content": "Ask, tersely."} and len(seen[0]) == 2
+
+
+def test_answer_sets_are_scored_by_the_game_rule(tmp_path):
+    rows = [
+        {"id": "a0", "role": "answer", "kind": "fact", "input": "What do blorps eat?", "response": "frozen lemons",
+         "aliases": ["frozen lemons"], "memory": [{"text": "blorps eat frozen lemons", "time": None,
+                                                   "current": None, "speaker": None}]},
+        {"id": "a1", "role": "answer", "kind": "empty", "input": "Where do blorps live?",
+         "response": protocol.ABSTAIN_ANSWER, "aliases": [], "memory": []},
+        {"id": "a2", "role": "answer", "kind": "fact", "input": "What do quindles fear?", "response": "bells",
+         "aliases": ["bells"], "memory": [{"text": "quindles fear bells", "time": "2023-05-08", "current": None,
+                                           "speaker": None}]},
+    ]
+    replies = {"What do blorps eat?": "They eat frozen lemons.", "Where do blorps live?": "I don't know.",
+               "What do quindles fear?": "I don't know."}
     seen = []
 
-    class Spy(EchoBackend):
-        def generate(self, prompts, **kw):
-            seen.extend(prompts)
-            return super().generate(prompts, **kw)
+    class Reader(EchoBackend):
+        def generate(self, prompts, *, stop=None, **kw):
+            seen.append(stop)
+            return [Generation(replies[p[-1]["content"].rsplit("Question: ", 1)[1]], 10, 3, 0.1) for p in prompts]
 
-    evaluate_sets(sets, tmp_path, EvalConfig(n_per_set=0, embedder="hash", few_shot=3, modes=("free",)),
-                  backend=Spy({r["input"]: r["response"] for r in sets["s"]}), progress=False)
-    assert seen[0] == protocol.build_messages("ask", "input ask 0", few_shot=3)
+    df = evaluate_sets({"gen_answer": rows}, tmp_path, EvalConfig(n_per_set=0, embedder="hash"),
+                       backend=Reader({}), progress=False)
+    assert list(df["mode"]) == ["free"]  # the answer role has no grammar mode
+    row = df.iloc[0]
+    assert row["accuracy"] == pytest.approx(2 / 3) and row["answerable_acc"] == 0.5
+    assert row["abstain_acc"] == 1.0 and row["false_abstain"] == 0.5
+    assert seen == [list(ROLE_SPECS["answer"].base.stop)]
+
+
+def test_before_sets_skip_missing_seed_data_in_one_line(tmp_path):
+    from mags_lib.data import GenerationConfig, build_all
+
+    cfg = GenerationConfig(n_train=6, n_validation=3, n_test=3, worlds_train=2, worlds_validation=1, worlds_test=1)
+    stale = tmp_path / "data" / "processed" / "seed_ask_smoke"  # an earlier import, when the folder existed
+    (stale / "data").mkdir(parents=True)
+    built = build_all("smoke", seed_path=tmp_path / "no-such-folder", config=cfg, root=tmp_path, progress=False)
+    assert built["seed_import"] is None and "no-such-folder" in built["seed_skipped"]
+    assert not stale.exists() and "seed_ask_smoke" in built["seed_skipped"]  # never mixed with this run
+    notes = []
+    sets = before_sets("smoke", root=tmp_path, note=notes.append)
+    assert sorted(sets) == ["gen_answer_smoke", "gen_ask_smoke", "gen_write_smoke"]
+    assert len(notes) == 1 and "seed_ask_smoke" in notes[0] and "seed_syn_dual" in notes[0]
 
 
 def test_config_and_set_checks(tmp_path):

@@ -52,17 +52,6 @@ def test_errors(tmp_path, rows):
         save_dataset(bad, "bad", source="g", seed=0, generator_version="1", root=tmp_path)
 
 
-def test_add_prompts_for_trl(tmp_path, rows):
-    from mags_lib import protocol
-    from mags_lib.data import add_prompts
-
-    save_dataset(rows["write"], "w", source="generated", seed=0, generator_version="1", root=tmp_path)
-    ds = add_prompts(load_processed("w", root=tmp_path), few_shot=2)
-    row = ds["train"][0]
-    assert row["prompt"] == protocol.build_messages("write", row["input"], few_shot=2)
-    assert {"response", "role", "gold_facts"} <= set(ds["train"].column_names)
-
-
 def test_dataset_names():
     assert dataset_name("gen", "ask") == "gen_ask"
     assert dataset_name("seed", "write", "smoke") == "seed_write_smoke"

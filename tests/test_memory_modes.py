@@ -124,7 +124,7 @@ def test_same_answer_prompt_for_every_mode():
         m, r = agent(mode)
         a = m.ask("What do blorps eat?")
         systems[mode] = r.prompts[-1]
-        assert r.prompts[-1] == P.build_messages("answer", "What do blorps eat?", facts=a.facts)
+        assert r.prompts[-1] == m.prompt_spec("answer").messages("What do blorps eat?", facts=a.facts)
     assert len({p[0]["content"] for p in systems.values()}) == 1  # one system prompt for all
 
 

@@ -94,7 +94,7 @@ def test_the_reader_sees_date_and_speaker_of_every_recalled_item():
     a = m.ask("What do blorps eat?")
     assert "(2023-05-08) Blorps eat frozen lemons" in a.facts
     assert "(2023-05-08) Caroline: Blorps eat only frozen lemons." in a.facts
-    assert w.prompts[-1] == P.build_messages("answer", "What do blorps eat?", facts=a.facts)
+    assert w.prompts[-1] == m.prompt_spec("answer").messages("What do blorps eat?", facts=a.facts)
 
 
 def test_format_item_is_the_protocol_form():

@@ -88,12 +88,23 @@ class SmokeRun:
 
 @pytest.fixture(scope="module")
 def smoke_run(tmp_path_factory) -> SmokeRun:
-    """The real command line over every notebook, smoke profile, into a temporary results root."""
+    """The real command line over every notebook, smoke profile, into a temporary results root.
+
+    The project root is a temporary folder too ($MAGS_ROOT), so the run writes no data/processed/,
+    models/<role>/ nor data/generated/ into the checkout (a real training run may be using them): it
+    reads the checkout's converted base model and ``../shared`` through links."""
     tmp = tmp_path_factory.mktemp("smoke")
     results = tmp / "results"
+    project = tmp / "project"
+    (project / "models").mkdir(parents=True)
+    if (ROOT / "models" / "base").is_dir():
+        (project / "models" / "base").symlink_to(ROOT / "models" / "base", target_is_directory=True)
+    if (ROOT.parent / "shared").exists():
+        (tmp / "shared").symlink_to((ROOT.parent / "shared").resolve(), target_is_directory=True)
     cmd = [sys.executable, "-m", "mags_lib.pipeline", "--profile", "smoke", "--run-tag", "test-smoke",
-           "--results-root", str(results)]
-    env = {**os.environ, "MAGS_RESULTS": str(results), "JUPYTER_DATA_DIR": str(tmp / "jupyter-data")}
+           "--results-root", str(results), "--notebooks-dir", str(ROOT / "notebooks")]
+    env = {**os.environ, "MAGS_RESULTS": str(results), "MAGS_ROOT": str(project),
+           "JUPYTER_DATA_DIR": str(tmp / "jupyter-data")}
     proc = subprocess.run(cmd, check=False, cwd=ROOT, env=env, capture_output=True, text=True, timeout=3000)
     assert proc.returncode == 0, f"pipeline failed:\n{proc.stderr[-6000:]}"
     run_dir = results / "test-smoke"

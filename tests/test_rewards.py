@@ -85,12 +85,46 @@ CASES = [
     ("length", {"response": ASK_GOLD}, ASK_GOLD * 20, -1.0),
     # no gold column: allowance is the margin alone (40 chars)
     ("length", {}, "x" * 140, -0.5),
+    # ---- answer_correct (the game's rule)
+    # the alias, in other case and with punctuation
+    ("answer_correct", {"aliases": ["frozen lemons"]}, "Frozen lemons!", 1.0),
+    # the alias inside a sentence, with an article in front
+    ("answer_correct", {"aliases": ["frozen lemons"]}, "They eat the frozen lemons.", 1.0),
+    # part of the alias is not the alias
+    ("answer_correct", {"aliases": ["frozen lemons"]}, "lemons", 0.0),
+    # an alias must match whole words: "cat" is not in "category"
+    ("answer_correct", {"aliases": ["cat"]}, "category", 0.0),
+    # any of several aliases
+    ("answer_correct", {"aliases": ["Zarn", "Captain Zarn"]}, "captain zarn", 1.0),
+    # nothing answers and the reader abstains with the protocol's sentence
+    ("answer_correct", {"aliases": []}, "I don't know: that is not in my memory.", 1.0),
+    # nothing answers but the reader invents an answer
+    ("answer_correct", {"aliases": []}, "frozen lemons", 0.0),
+    # an answerable question answered with an abstention
+    ("answer_correct", {"aliases": ["figs"]}, "I don't know.", 0.0),
+    # ---- abstention (the decision only)
+    # abstains when nothing answers
+    ("abstention", {"aliases": []}, "Not in memory.", 1.0),
+    # answers (wrongly, but answers) when something does: the decision is right
+    ("abstention", {"aliases": ["figs"]}, "plums", 1.0),
+    # abstains although the memory answers
+    ("abstention", {"aliases": ["figs"]}, "I do not know", 0.0),
+    # answers although nothing does
+    ("abstention", {"aliases": []}, "figs", 0.0),
+    # ---- brevity (words beyond 1.5 x gold words + 2)
+    # as long as gold
+    ("brevity", {"response": "frozen lemons"}, "frozen lemons", 0.0),
+    # 6 words against an allowance of 5: one word over, -0.1
+    ("brevity", {"response": "frozen lemons"}, "they eat frozen lemons every day", -0.1),
+    # a rambling answer: clipped at -1
+    ("brevity", {"response": "figs"}, "well " * 40, -1.0),
 ]
 
 
 def _per_example(kwargs, n):
     """Dataset columns arrive as one value per completion (TRL passes lists)."""
-    return {k: ([v] * n if k in {"role", "response", "context", "gold_facts"} else v) for k, v in kwargs.items()}
+    return {k: ([v] * n if k in {"role", "response", "context", "gold_facts", "aliases"} else v)
+            for k, v in kwargs.items()}
 
 
 @pytest.mark.parametrize("name,kwargs,completion,expected", CASES,
@@ -105,7 +139,8 @@ def test_reward_table(name, kwargs, completion, expected):
 
 
 def test_every_reward_is_registered_with_a_doctest():
-    assert set(REGISTRY) == {"format", "role", "exact_f1", "op_f1", "ask_retrieval", "length"}
+    assert set(REGISTRY) == {"format", "role", "exact_f1", "op_f1", "ask_retrieval", "length", "answer_correct",
+                             "abstention", "brevity"}
     for fn in REGISTRY.values():
         assert ">>>" in (fn.__doc__ or ""), fn.__name__
 
@@ -136,5 +171,9 @@ def test_missing_columns_and_bad_lengths_are_clear_errors():
         REGISTRY["ask_retrieval"](["x"], gold_facts=[[]], embedder="hash")
     with pytest.raises(ValueError, match="3 values for 2"):
         REGISTRY["format"](["a", "b"], role=["ask"] * 3)
+    with pytest.raises(ValueError, match="aliases"):
+        REGISTRY["answer_correct"](["x"])
+    with pytest.raises(ValueError, match="list of strings"):
+        REGISTRY["answer_correct"](["x"], aliases=["figs"])  # one list per completion, not one alias
     with pytest.raises(KeyError, match="choose from"):
         get_reward("bleu")

@@ -222,12 +222,11 @@ def bench_adherence(mags, inputs: dict[str, Sequence[str]], *, max_new_tokens: i
 
     from .. import protocol as P
 
-    out: dict = {"max_new_tokens": max_new_tokens, "few_shot": {"ask": mags.config.few_shot_ask,
-                                                                 "write": mags.config.few_shot_write}}
+    out: dict = {"max_new_tokens": max_new_tokens, "few_shot": {r: mags.prompt_spec(r).few_shot
+                                                                 for r in ("ask", "write")}}
     for role, texts in inputs.items():
-        shots = mags.config.few_shot_write if role == "write" else mags.config.few_shot_ask
         b = mags.backend(role)
-        prompts = [P.build_messages(role, t, few_shot=shots) for t in texts]
+        prompts = [mags.prompt_spec(role).messages(t) for t in texts]
         res = {}
         for mode, gbnf in tqdm([("agent_grammar", mags.grammar_for(role)),
                                 ("protocol_grammar", P.GRAMMARS[role]), ("no_grammar", None)],

@@ -1,8 +1,9 @@
-"""Datasets for the ask and write models: procedural worlds, the seed importer, storage.
+"""Datasets for the ask, write and answer models: procedural worlds, the seed importer, storage.
 
 * :mod:`~mags_lib.data.worlds` -- seeded invented worlds (entities, facts);
 * :mod:`~mags_lib.data.templates` -- sentence templates per relation and role;
-* :mod:`~mags_lib.data.render` -- worlds -> examples, split by world;
+* :mod:`~mags_lib.data.render` -- worlds -> ask / write examples, split by world;
+* :mod:`~mags_lib.data.answer` -- worlds -> answer (reader) examples: question + recalled items;
 * :mod:`~mags_lib.data.seed_import` -- the seed project's ``seed_syn_dual`` datasets;
 * :mod:`~mags_lib.data.store` -- ``data/processed/<name>/`` with a card;
 * :mod:`~mags_lib.data.stats` -- statistics and distinct-n diversity.
@@ -15,13 +16,18 @@ from __future__ import annotations
 from dataclasses import asdict, replace
 from pathlib import Path
 
-from .render import ASK_KINDS, SPLITS, WRITE_KINDS, GenerationConfig, generate_role_splits, render_example
+from .answer import ANSWER_KINDS, render_answer
+from .render import ASK_KINDS, ROLES, SPLITS, WRITE_KINDS, GenerationConfig, generate_role_splits, render_example
 from .seed_import import DEFAULT_SEED_PATH, SeedImport, import_seed, resolve_seed_path, split_of
 from .stats import (
     dataset_stats,
     distinct_ngram_ratio,
     diversity_table,
+    plot_input_lengths,
+    plot_ops,
     samples_by_kind,
+    samples_table,
+    seed_failures_table,
     split_stats,
     stats_table,
 )
@@ -29,9 +35,11 @@ from .store import content_hash, dataset_name, load_card, load_processed, proces
 from .worlds import GENERATOR_VERSION, NameRegistry, World, WorldConfig, generate_world, generate_worlds
 
 __all__ = [
+    "ANSWER_KINDS",
     "ASK_KINDS",
     "DEFAULT_SEED_PATH",
     "GENERATOR_VERSION",
+    "ROLES",
     "SPLITS",
     "WRITE_KINDS",
     "GenerationConfig",
@@ -52,12 +60,18 @@ __all__ = [
     "load_card",
     "load_processed",
     "name_words",
+    "plot_input_lengths",
+    "plot_ops",
     "processed_root",
     "profile_config",
+    "render_answer",
     "render_example",
     "resolve_seed_path",
     "samples_by_kind",
+    "samples_table",
+    "seed_failures_table",
     "save_dataset",
+    "seed_skip_message",
     "split_of",
     "split_stats",
     "stats_table",
@@ -79,10 +93,23 @@ def profile_config(profile: str = "default", seed: int = 0, **overrides) -> Gene
     return replace(GenerationConfig(**_PROFILES[profile], seed=seed), **overrides)
 
 
+def seed_skip_message(seed_path: str | Path | None) -> str | None:
+    """``None`` when the seed datasets are at ``seed_path``; else the one line saying they are skipped
+    and how to add them (the seed data is an optional input: everything runs on generated data)."""
+    if seed_path is None:
+        return ("seed datasets skipped (seed_path=None): to add them, pass the path of seed_syn_dual "
+                "(holding asks/ and writes/), e.g. -p seed_path=../shared/data/seed_syn_dual")
+    folder = resolve_seed_path(seed_path)
+    if not folder.is_dir():
+        return (f"seed datasets skipped: no folder {folder}. To add them, put the seed project's "
+                f"seed_syn_dual there (asks/*.json, writes/*.json) or pass its path as seed_path")
+    return None
+
+
 def build_all(profile: str = "default", *, seed: int = 0, seed_path: str | Path | None = DEFAULT_SEED_PATH,
               config: GenerationConfig | None = None, root: str | Path | None = None,
               progress: bool = True) -> dict:
-    """Generate the procedural datasets, import the seed's, save all under ``data/processed/``.
+    """Generate the procedural datasets, import the seed's when present, save all under ``data/processed/``.
 
     Parameters
     ----------
@@ -90,7 +117,8 @@ def build_all(profile: str = "default", *, seed: int = 0, seed_path: str | Path 
         Sizes (see :func:`profile_config`); non-default profiles save under their own names.
     seed : int
     seed_path : path or None
-        The seed's ``seed_syn_dual`` folder; ``None`` skips the import.
+        The seed's ``seed_syn_dual`` folder (optional input). ``None`` or a folder that does not
+        exist skips the import; the reason and how to add the data are in ``result["seed_skipped"]``.
     config : GenerationConfig, optional
         Overrides the profile's configuration.
     root : path, optional
@@ -100,21 +128,36 @@ def build_all(profile: str = "default", *, seed: int = 0, seed_path: str | Path 
     -------
     dict
         ``{"paths": {name: Path}, "rows": {name: {split: rows}}, "worlds": {split: [World]},
-        "seed_import": SeedImport | None, "config": GenerationConfig, "mask": set}``
+        "seed_import": SeedImport | None, "seed_skipped": str | None, "config": GenerationConfig,
+        "mask": set}``
     """
     cfg = config or profile_config(profile, seed=seed)
     rows, worlds = generate_role_splits(cfg, progress=progress)
     mask = {w for ws in worlds.values() for world in ws for w in name_words(world)}
     params = asdict(cfg)
-    out: dict = {"paths": {}, "rows": {}, "worlds": worlds, "seed_import": None, "config": cfg, "mask": mask}
-    for role in ("ask", "write"):
+    skipped = seed_skip_message(seed_path)
+    out: dict = {"paths": {}, "rows": {}, "worlds": worlds, "seed_import": None, "seed_skipped": skipped,
+                 "config": cfg, "mask": mask}
+    for role in cfg.roles:
         name = dataset_name("gen", role, profile)
         out["rows"][name] = rows[role]
+        what = "answer (reader)" if role == "answer" else role
         out["paths"][name] = save_dataset(
             rows[role], name, source="generated", seed=cfg.seed, generator_version=GENERATOR_VERSION,
             params=params, mask=mask, root=root,
-            description=f"Procedurally generated {role} examples (invented worlds, split by world).")
-    if seed_path is not None:
+            description=f"Procedurally generated {what} examples (invented worlds, split by world).")
+    if skipped is not None:
+        # processed seed data of an earlier import would be used by later notebooks although this run
+        # had no seed input: it is derived data (re-made from the seed folder), so it goes
+        import shutil
+
+        stale = [processed_root(root) / dataset_name("seed", r, profile) for r in ("ask", "write")]
+        stale = [p for p in stale if p.exists()]
+        for p in stale:
+            shutil.rmtree(p)
+        if stale:
+            out["seed_skipped"] = skipped = skipped + f" (removed the earlier import {', '.join(p.name for p in stale)})"
+    if skipped is None:
         imp = import_seed(seed_path)
         out["seed_import"] = imp
         notes = [f"{len(imp.failures)} examples left out (do not parse strictly): {imp.failure_reasons()}",
@@ -137,16 +180,3 @@ def name_words(world: World) -> set[str]:
         words.add(e.core.lower())
         words.add(e.name.split()[0].lower())
     return words
-
-
-def add_prompts(dataset, *, few_shot: int = 0, column: str = "prompt"):
-    """Add TRL's conversational ``prompt`` column: ``protocol.build_messages(role, input, few_shot=...)``.
-
-    Works on a ``datasets.Dataset`` or ``DatasetDict``. The other columns stay: TRL passes them to
-    the reward functions of :mod:`mags_lib.rewards` (``role``, ``response``, ``context``, ``gold_facts``).
-    """
-    from .. import protocol
-
-    if few_shot < 0:
-        raise ValueError(f"few_shot must be >= 0, got {few_shot}")
-    return dataset.map(lambda r: {column: protocol.build_messages(r["role"], r["input"], few_shot=few_shot)})

@@ -56,6 +56,7 @@ from .worlds import Fact, NameRegistry, World, WorldConfig, draw_value, generate
 
 __all__ = [
     "ASK_KINDS",
+    "ROLES",
     "SPLITS",
     "WRITE_KINDS",
     "GenerationConfig",
@@ -66,6 +67,13 @@ __all__ = [
 ]
 
 SPLITS = ("train", "validation", "test")
+ROLES = ("ask", "write", "answer")  # the answer role's rows come from mags_lib.data.answer
+
+
+def _answer_kinds() -> dict[str, float]:
+    from .answer import ANSWER_KINDS
+
+    return ANSWER_KINDS
 
 # kind -> sampling weight
 WRITE_KINDS: dict[str, float] = {
@@ -92,7 +100,9 @@ class GenerationConfig:
     context_size: int = 12  # facts in an ask example's context (gold + distractors)
     write_kinds: dict[str, float] = field(default_factory=lambda: dict(WRITE_KINDS))
     ask_kinds: dict[str, float] = field(default_factory=lambda: dict(ASK_KINDS))
+    answer_kinds: dict[str, float] = field(default_factory=lambda: dict(_answer_kinds()))
     world: WorldConfig = field(default_factory=WorldConfig)
+    roles: tuple[str, ...] = ("ask", "write", "answer")  # roles rendered by generate_role_splits
 
     def __post_init__(self) -> None:
         for name in ("n_train", "n_validation", "n_test"):
@@ -103,8 +113,13 @@ class GenerationConfig:
                 raise ValueError(f"GenerationConfig.{name} must be >= 1, got {getattr(self, name)}")
         if self.context_size < 4:
             raise ValueError(f"context_size must be >= 4, got {self.context_size}")
+        bad_roles = set(self.roles) - set(ROLES)
+        if bad_roles or not self.roles:
+            raise ValueError(f"roles must be a non-empty subset of {ROLES}, got {self.roles}")
+        self.roles = tuple(self.roles)
         for label, kinds, known in (("write_kinds", self.write_kinds, WRITE_KINDS),
-                                    ("ask_kinds", self.ask_kinds, ASK_KINDS)):
+                                    ("ask_kinds", self.ask_kinds, ASK_KINDS),
+                                    ("answer_kinds", self.answer_kinds, _answer_kinds())):
             unknown = set(kinds) - set(known)
             if unknown:
                 raise ValueError(f"unknown {label} {sorted(unknown)}: choose from {sorted(known)}")
@@ -560,7 +575,8 @@ def _context(world: World, gold: list[Fact], size: int, rng) -> list[list[str]]:
 
 def render_example(world: World, role: str, kind: str, rng: np.random.Generator, *,
                    context_size: int = 12) -> dict:
-    """Render one example of ``kind`` for ``role`` from ``world``.
+    """Render one example of ``kind`` for ``role`` from ``world`` (answer role: see
+    :func:`mags_lib.data.answer.render_answer`; ``context_size`` concerns the ask role only).
 
     Raises
     ------
@@ -595,13 +611,18 @@ def render_example(world: World, role: str, kind: str, rng: np.random.Generator,
                 "ops": _ask_ops(queries), "n_ops": len(queries), "world_id": world.world_id,
                 "template_ids": tids, "context": _context(world, gold, context_size, rng),
                 "gold_facts": [list(f.triplet) for f in gold], "source": "generated"}
-    raise ValueError(f"unknown role {role!r}: use 'ask' or 'write'")
+    if role == "answer":
+        from .answer import render_answer
+
+        return render_answer(world, kind, rng)
+    raise ValueError(f"unknown role {role!r}: use 'ask', 'write' or 'answer'")
 
 
 def render_split(worlds: list[World], role: str, n: int, rng: np.random.Generator, *,
                  kinds: dict[str, float], split: str, context_size: int = 12,
                  progress: bool = True) -> list[dict]:
-    """``n`` distinct examples (no repeated input) of ``role`` drawn round-robin over ``worlds``."""
+    """``n`` distinct examples (no repeated input; for the answer role no repeated question with the same
+    memory) of ``role`` drawn round-robin over ``worlds``."""
     if not worlds:
         raise ValueError("render_split needs at least one world")
     names = [k for k, w in kinds.items() if w > 0]
@@ -621,9 +642,10 @@ def render_split(worlds: list[World], role: str, n: int, rng: np.random.Generato
             ex = render_example(world, role, kind, rng, context_size=context_size)
         except LookupError:
             continue
-        if ex["input"] in seen:
+        key = ex["input"] if role != "answer" else (ex["input"], protocol.format_facts(ex["memory"]))
+        if key in seen:
             continue
-        seen.add(ex["input"])
+        seen.add(key)
         ex["id"] = f"gen-{role}-{split}-{len(rows):06d}"
         rows.append(ex)
         bar.update(1)
@@ -648,8 +670,10 @@ def generate_role_splits(config: GenerationConfig | None = None, *, progress: bo
                                      registry=registry, config=cfg.world)
               for split in SPLITS}
     rows: dict[str, dict[str, list[dict]]] = {}
-    for r_i, role in enumerate(("ask", "write")):
-        kinds = cfg.ask_kinds if role == "ask" else cfg.write_kinds
+    for r_i, role in enumerate(ROLES):
+        if role not in cfg.roles:
+            continue
+        kinds = {"ask": cfg.ask_kinds, "write": cfg.write_kinds, "answer": cfg.answer_kinds}[role]
         rows[role] = {}
         for s_i, split in enumerate(SPLITS):
             rng = np.random.default_rng([cfg.seed, r_i, s_i])

@@ -16,6 +16,10 @@ import numpy as np
 
 __all__ = [
     "dataset_stats",
+    "plot_input_lengths",
+    "plot_ops",
+    "samples_table",
+    "seed_failures_table",
     "distinct_ngram_ratio",
     "diversity_table",
     "samples_by_kind",
@@ -67,13 +71,33 @@ def distinct_ngram_ratio(texts: Iterable[str], n: int = 2, mask: set[str] | None
     return len(distinct) / total if total else 0.0
 
 
+def _n_ops(r: dict) -> int:
+    """Operations of an ask/write row; recalled memory items of an answer row."""
+    return len(r["memory"]) if r.get("role") == "answer" else r["n_ops"]
+
+
+def _empty(r: dict) -> bool:
+    """Gold is the empty output (ask/write) or the abstention (answer)."""
+    return r["response"] == _abstain() if r.get("role") == "answer" else r["n_ops"] == 0
+
+
+def _abstain() -> str:
+    from ..protocol import ABSTAIN_ANSWER
+
+    return ABSTAIN_ANSWER
+
+
 def split_stats(rows: Sequence[dict], mask: set[str] | None = None) -> dict:
-    """Statistics of one split: size, kinds, lengths, ops per example, empty share, diversity."""
+    """Statistics of one split: size, kinds, lengths, ops per example, empty share, diversity.
+
+    For the answer role ``ops_*`` count the recalled memory items of an example and ``empty_share``
+    is the share whose gold answer is the abstention.
+    """
     if not rows:
         return {"n": 0}
     words = np.array([len(tokenize(r["input"])) for r in rows])
     chars = np.array([len(r["input"]) for r in rows])
-    ops = np.array([r["n_ops"] for r in rows])
+    ops = np.array([_n_ops(r) for r in rows])
     templates = Counter(t for r in rows for t in r.get("template_ids", []))
     inputs = [r["input"] for r in rows]
     out = {
@@ -85,7 +109,7 @@ def split_stats(rows: Sequence[dict], mask: set[str] | None = None) -> dict:
         "input_chars_mean": round(float(chars.mean()), 1),
         "ops_mean": round(float(ops.mean()), 3),
         "ops_hist": {int(k): int(v) for k, v in sorted(Counter(ops.tolist()).items())},
-        "empty_share": round(float((ops == 0).mean()), 4),
+        "empty_share": round(float(np.mean([_empty(r) for r in rows])), 4),
         "distinct_inputs": len(set(inputs)),
         "distinct_1": round(distinct_ngram_ratio(inputs, 1), 4),
         "distinct_2": round(distinct_ngram_ratio(inputs, 2), 4),
@@ -156,7 +180,8 @@ def diversity_table(rows_by_name: dict[str, Sequence[dict]], mask: set[str] | No
 
 
 def samples_by_kind(rows: Sequence[dict], per_kind: int = 1, seed: int = 0):
-    """``per_kind`` example rows of each kind (kind, input, response), as a DataFrame."""
+    """``per_kind`` example rows of each kind (kind, input, response), as a DataFrame (an answer row's
+    input is its memory block and question, as the reader sees them)."""
     import pandas as pd
 
     rng = np.random.default_rng(seed)
@@ -168,5 +193,65 @@ def samples_by_kind(rows: Sequence[dict], per_kind: int = 1, seed: int = 0):
         group = by_kind[kind]
         for i in rng.choice(len(group), size=min(per_kind, len(group)), replace=False):
             r = group[i]
-            lines.append({"kind": kind, "input": r["input"], "response": r["response"]})
+            text = r["input"]
+            if r.get("role") == "answer":
+                from ..protocol import format_facts
+
+                text = f"{format_facts(r['memory'])}\nQuestion: {text}"
+            lines.append({"kind": kind, "input": text, "response": r["response"]})
     return pd.DataFrame(lines)
+
+
+def samples_table(rows_by_name: dict[str, dict[str, Sequence[dict]]], per_kind: int = 1, seed: int = 0,
+                  split: str = "train"):
+    """:func:`samples_by_kind` of every dataset, with a ``dataset`` column (generated ones first)."""
+    import pandas as pd
+
+    tables = []
+    for name in sorted(rows_by_name, key=lambda n: (not n.startswith("gen"), n)):
+        t = samples_by_kind(rows_by_name[name][split], per_kind=per_kind, seed=seed)
+        t.insert(0, "dataset", name)
+        tables.append(t)
+    return pd.concat(tables, ignore_index=True) if tables else pd.DataFrame()
+
+
+def seed_failures_table(imp):
+    """The seed examples left out of the import (file, id, cause, first problem), as a DataFrame."""
+    import pandas as pd
+
+    return pd.DataFrame([{"file": f["file"], "id": f["id"], "cause": f["category"], "first problem": f["reasons"][0]}
+                         for f in imp.failures], columns=["file", "id", "cause", "first problem"])
+
+
+def plot_input_lengths(rows_by_name: dict[str, dict[str, Sequence[dict]]], path=None, split: str = "train"):
+    """Histogram of words per input of every dataset (density, one outline each)."""
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(8, 3.5))
+    for name, splits in rows_by_name.items():
+        lengths = [len(tokenize(r["input"])) for r in splits[split]]
+        ax.hist(lengths, bins=range(0, 160, 4), histtype="step", density=True, label=name)
+    ax.set(xlabel="words per input", ylabel="density", title="Input length")
+    ax.legend()
+    fig.tight_layout()
+    if path is not None:
+        fig.savefig(path, dpi=120)
+    return fig
+
+
+def plot_ops(rows_by_name: dict[str, dict[str, Sequence[dict]]], path=None, split: str = "train", cap: int = 15):
+    """Share of examples per number of operations (memory items for the answer role), per dataset."""
+    import matplotlib.pyplot as plt
+    import pandas as pd
+
+    fig, axes = plt.subplots(1, len(rows_by_name), figsize=(3.2 * len(rows_by_name), 3), sharey=True, squeeze=False)
+    for ax, (name, splits) in zip(axes[0], rows_by_name.items()):
+        ops = pd.Series([_n_ops(r) for r in splits[split]]).clip(upper=cap)
+        ops.value_counts(normalize=True).sort_index().plot.bar(ax=ax, color="tab:blue")
+        what = "memory items" if "answer" in name else "operations"
+        ax.set(title=name, xlabel=f"{what} ({cap} = {cap}+)")
+    axes[0][0].set_ylabel("share of examples")
+    fig.tight_layout()
+    if path is not None:
+        fig.savefig(path, dpi=120)
+    return fig

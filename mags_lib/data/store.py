@@ -29,22 +29,35 @@ __all__ = [
 ]
 
 
-def features():
-    """The fixed ``datasets.Features`` schema of every processed dataset."""
+def features(answer: bool = False):
+    """The fixed ``datasets.Features`` schema of a processed dataset (``answer``: with the answer
+    role's ``memory`` and ``aliases`` columns, see :mod:`mags_lib.data.answer`)."""
     from datasets import Features, List, Value
 
+    extra = {"memory": List({"text": Value("string"), "time": Value("string"), "current": Value("bool"),
+                             "speaker": Value("string")}),
+             "aliases": List(Value("string"))} if answer else {}
     return Features({
         "id": Value("string"), "role": Value("string"), "kind": Value("string"), "input": Value("string"),
         "response": Value("string"),
         "ops": List({"role": Value("string"), "content": Value("string"), "triplet": List(Value("string"))}),
         "n_ops": Value("int32"), "world_id": Value("string"), "template_ids": List(Value("string")),
         "context": List(List(Value("string"))), "gold_facts": List(List(Value("string"))),
-        "source": Value("string"),
+        "source": Value("string"), **extra,
     })
 
 
 _COLUMNS = ("id", "role", "kind", "input", "response", "ops", "n_ops", "world_id", "template_ids",
             "context", "gold_facts", "source")
+_ANSWER_COLUMNS = ("memory", "aliases")
+
+
+def _is_answer(splits: dict[str, Sequence[dict]]) -> bool:
+    return any(r.get("role") == "answer" for rows in splits.values() for r in rows)
+
+
+def _columns(splits: dict[str, Sequence[dict]]) -> tuple[str, ...]:
+    return _COLUMNS + _ANSWER_COLUMNS if _is_answer(splits) else _COLUMNS
 
 
 def processed_root(root: Path | str | None = None) -> Path:
@@ -58,39 +71,43 @@ def dataset_name(source: str, role: str, profile: str = "default") -> str:
     >>> dataset_name("gen", "ask"), dataset_name("seed", "write", "smoke")
     ('gen_ask', 'seed_write_smoke')
     """
-    if source not in ("gen", "seed") or role not in ("ask", "write"):
-        raise ValueError(f"source must be 'gen' or 'seed' and role 'ask' or 'write', got {source!r}, {role!r}")
+    if source not in ("gen", "seed") or role not in ("ask", "write", "answer") or (source, role) == ("seed", "answer"):
+        raise ValueError("source must be 'gen' (roles ask, write, answer) or 'seed' (ask, write), got "
+                         f"{source!r}, {role!r}")
     return f"{source}_{role}" if profile == "default" else f"{source}_{role}_{profile}"
 
 
 def content_hash(splits: dict[str, Sequence[dict]]) -> str:
     """sha256 over the rows of every split (canonical JSON, split names sorted)."""
     h = hashlib.sha256()
+    cols = _columns(splits)
     for name in sorted(splits):
         h.update(name.encode())
         for row in splits[name]:
-            h.update(json.dumps({k: row[k] for k in _COLUMNS}, sort_keys=True, ensure_ascii=False).encode())
+            h.update(json.dumps({k: row[k] for k in cols}, sort_keys=True, ensure_ascii=False).encode())
             h.update(b"\n")
     return h.hexdigest()
 
 
 def _check_rows(splits: dict[str, Sequence[dict]]) -> None:
+    cols = _columns(splits)
     for name, rows in splits.items():
         for i, r in enumerate(rows):
-            missing = [c for c in _COLUMNS if c not in r]
+            missing = [c for c in cols if c not in r]
             if missing:
-                raise ValueError(f"row {i} of split {name!r} lacks columns {missing}: rows need {list(_COLUMNS)}")
+                raise ValueError(f"row {i} of split {name!r} lacks columns {missing}: rows need {list(cols)}")
 
 
 def to_dataset_dict(splits: dict[str, Sequence[dict]]):
     """A ``datasets.DatasetDict`` with the fixed schema (missing columns raise a clear error)."""
     from datasets import Dataset, DatasetDict
 
-    feats = features()
+    answer = _is_answer(splits)
+    feats = features(answer)
     _check_rows(splits)
     out = {}
     for name, rows in splits.items():
-        cols = {c: [r[c] for r in rows] for c in _COLUMNS}
+        cols = {c: [r[c] for r in rows] for c in _columns(splits)}
         out[name] = Dataset.from_dict(cols, features=feats)
     return DatasetDict(out)
 
@@ -109,7 +126,8 @@ def _readme(card: dict) -> str:
         lines.append(f"| {split} | {st['n']} | {kinds} | {st['input_words_mean']}, {st['input_words_p95']:.0f} | "
                      f"{st['ops_mean']} | {st['empty_share']:.1%} | {st['distinct_2']} | "
                      f"{st['n_templates_used']} |")
-    lines += ["", "Columns: " + ", ".join(f"`{c}`" for c in _COLUMNS) + ".", "",
+    cols = _COLUMNS + (_ANSWER_COLUMNS if card.get("role") == "answer" else ())
+    lines += ["", "Columns: " + ", ".join(f"`{c}`" for c in cols) + ".", "",
               "Parameters:", "", "```json", json.dumps(card.get("params", {}), indent=1, default=str), "```", ""]
     if card.get("notes"):
         lines += ["Notes:", ""] + [f"- {n}" for n in card["notes"]] + [""]
@@ -159,6 +177,7 @@ def save_dataset(splits: dict[str, Sequence[dict]], name: str, *, source: str, s
         except json.JSONDecodeError:
             pass
     card = {"name": name, "description": description, "source": source, "generator_version": generator_version,
+            "role": "answer" if _is_answer(splits) else None,
             "seed": seed, "params": params or {}, "content_hash": digest,
             "statistics": dataset_stats(splits, mask), "notes": list(notes)}
     tmp = out.with_name(f".{name}.tmp")

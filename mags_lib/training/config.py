@@ -1,0 +1,241 @@
+"""Typed configurations of the two training stages, and the smoke / default / full profiles.
+
+One dataclass per stage (:class:`SFTConfig` for the supervised warm start, :class:`GRPOConfig` for
+reinforcement), fields with help text in their metadata (``dataclasses.fields(SFTConfig)[i].metadata
+["help"]``), checks in ``__post_init__``. A whole role's run is a :class:`TrainConfig`;
+:func:`profile_config` gives the profile's configuration for a role, and ablations are
+``dataclasses.replace`` of it, never copies.
+
+>>> cfg = profile_config("write", "smoke")
+>>> cfg.role, cfg.sft.max_steps > 0, "exact_f1" in cfg.grpo.rewards
+('write', True, True)
+>>> help_text(SFTConfig, "learning_rate")
+'peak learning rate of the LoRA weights (cosine decay after warm-up)'
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..rewards import REGISTRY
+from ..roles import ROLE_NAMES
+
+__all__ = ["PROFILES", "GRPOConfig", "LoraSpec", "SFTConfig", "TrainConfig", "config_hash", "help_text",
+           "profile_config"]
+
+PROFILES = ("smoke", "default", "full")
+
+ALL_LINEAR = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+
+
+def _f(default: Any, help: str, **kw: Any) -> Any:
+    """A dataclass field with help metadata (mutable defaults through a factory)."""
+    if isinstance(default, (dict, list, set)):
+        return field(default_factory=lambda d=default: type(d)(d), metadata={"help": help, **kw})
+    return field(default=default, metadata={"help": help, **kw})
+
+
+def help_text(cls: type, name: str) -> str:
+    """The help text of field ``name`` of a config dataclass."""
+    for f in dataclasses.fields(cls):
+        if f.name == name:
+            return f.metadata.get("help", "")
+    raise KeyError(f"{cls.__name__} has no field {name!r}")
+
+
+def _positive(obj: Any, *names: str) -> None:
+    for n in names:
+        v = getattr(obj, n)
+        if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+            raise ValueError(f"{type(obj).__name__}.{n} must be an int >= 1, got {v!r}")
+
+
+@dataclass(frozen=True)
+class LoraSpec:
+    """The LoRA adapter trained by both stages (PEFT)."""
+
+    r: int = _f(32, "LoRA rank")
+    alpha: int = _f(32, "LoRA alpha (scale = alpha / r)")
+    dropout: float = _f(0.0, "dropout on the LoRA input (0: deterministic, faster)")
+    target_modules: tuple[str, ...] = _f(ALL_LINEAR, "linear layers that get an adapter (all of them by default)")
+
+    def __post_init__(self) -> None:
+        if self.r < 1 or self.alpha <= 0:
+            raise ValueError(f"LoRA needs r >= 1 and alpha > 0, got r={self.r}, alpha={self.alpha}")
+        if not 0.0 <= self.dropout < 1.0:
+            raise ValueError(f"LoRA dropout must be in [0, 1), got {self.dropout}")
+        if not self.target_modules:
+            raise ValueError("LoRA needs at least one target module")
+        object.__setattr__(self, "target_modules", tuple(self.target_modules))
+
+
+@dataclass(frozen=True)
+class SFTConfig:
+    """Supervised warm start (TRL ``SFTTrainer``, loss on the completion tokens only)."""
+
+    max_steps: int = _f(200, "optimizer steps (the data is cycled when it is shorter)")
+    batch_size: int = _f(8, "examples per optimizer step (one forward/backward)")
+    learning_rate: float = _f(4e-4, "peak learning rate of the LoRA weights (cosine decay after warm-up)")
+    warmup_ratio: float = _f(0.05, "share of the steps spent warming the learning rate up")
+    weight_decay: float = _f(0.0, "AdamW weight decay")
+    max_length: int = _f(768, "longest training sequence in tokens (prompt + completion); longer rows are dropped")
+    n_generated: int = _f(1200, "generated training examples used (0: all)")
+    n_seed: int = _f(-1, "seed-dataset training examples used when present (-1: all, 0: none); answer: unused")
+    group_by_length: bool = _f(True, "batch rows of similar length together (less padding)")
+    bf16: bool = _f(True, "bf16 autocast (CPUs with avx512_bf16 / AMX, or CUDA); fp32 otherwise")
+    save_steps: int = _f(25, "checkpoint every this many steps (resume point after an interruption)")
+    save_total_limit: int = _f(2, "checkpoints kept")
+    logging_steps: int = _f(1, "log loss and learning rate every this many steps (CSV)")
+
+    def __post_init__(self) -> None:
+        _positive(self, "max_steps", "batch_size", "max_length", "save_steps", "save_total_limit",
+                  "logging_steps")
+        if not 0 < self.learning_rate < 1:
+            raise ValueError(f"learning_rate must be in (0, 1), got {self.learning_rate}")
+        if not 0 <= self.warmup_ratio < 1 or self.weight_decay < 0:
+            raise ValueError("warmup_ratio must be in [0, 1) and weight_decay >= 0")
+        if self.n_generated < 0 or self.n_seed < -1:
+            raise ValueError("n_generated must be >= 0 and n_seed >= -1")
+
+
+@dataclass(frozen=True)
+class GRPOConfig:
+    """Reinforcement from the warm start (TRL ``GRPOTrainer``), rewards chosen by name."""
+
+    max_steps: int = _f(40, "optimizer steps (one generation round each)")
+    prompts_per_step: int = _f(2, "prompts per step; each gets num_generations completions")
+    num_generations: int = _f(4, "completions per prompt (the group whose rewards are normalised)")
+    learning_rate: float = _f(5e-5, "peak learning rate")
+    beta: float = _f(0.02, "KL coefficient against the warm-start model (logged per step)")
+    temperature: float = _f(1.0, "sampling temperature of the completions")
+    max_completion_length: int = _f(96, "longest completion in tokens")
+    rewards: dict[str, float] = _f({}, "reward name (mags_lib.rewards.REGISTRY) -> weight")
+    reward_options: dict[str, dict] = _f({}, "reward name -> keyword options (e.g. the embedder)")
+    n_prompts: int = _f(400, "candidate training prompts (whose gold fits max_completion_length); GRPO uses "
+                             "max_steps x prompts_per_step of them, the hardest first when select_hard")
+    select_hard: bool = _f(True, "prefer prompts the warm-start model gets wrong (fewer zero-variance groups)")
+    save_steps: int = _f(10, "checkpoint every this many steps")
+    save_total_limit: int = _f(2, "checkpoints kept")
+    logging_steps: int = _f(1, "log rewards, KL and zero-variance share every this many steps (CSV)")
+
+    def __post_init__(self) -> None:
+        _positive(self, "max_steps", "prompts_per_step", "max_completion_length", "n_prompts", "save_steps",
+                  "save_total_limit", "logging_steps")
+        if self.num_generations < 2:
+            raise ValueError(f"GRPO needs num_generations >= 2 (a group), got {self.num_generations}")
+        if not 0 < self.learning_rate < 1 or self.beta < 0 or self.temperature <= 0:
+            raise ValueError("learning_rate in (0, 1), beta >= 0 and temperature > 0 required")
+        unknown = set(self.rewards) - set(REGISTRY)
+        if unknown or not self.rewards:
+            raise ValueError(f"rewards must name rewards of mags_lib.rewards.REGISTRY {sorted(REGISTRY)}, "
+                             f"got {sorted(self.rewards)}")
+        stray = set(self.reward_options) - set(self.rewards)
+        if stray:
+            raise ValueError(f"reward_options for rewards that are not used: {sorted(stray)}")
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """Everything that defines one role's training run (its hash names the run's content)."""
+
+    role: str = _f("write", "ask | write | answer")
+    profile: str = _f("default", "smoke | default | full (sizes)")
+    seed: int = _f(0, "one seed: data order, LoRA init, sampling")
+    lora: LoraSpec = _f(LoraSpec(), "the adapter")
+    sft: SFTConfig = _f(SFTConfig(), "warm start")
+    grpo: GRPOConfig | None = _f(None, "reinforcement stage (None: warm start only)")
+    n_eval: int = _f(200, "held-out examples per evaluation set (0: all)")
+    eval_max_new_tokens: int | None = _f(None, "cap on the tokens generated per held-out example (None: the "
+                                               "role's prompt spec's; smoke: a short cap, the scores mean nothing)")
+    threads: int | None = _f(None, "torch threads (None: every usable core; on a shared machine 1 is faster)")
+
+    def __post_init__(self) -> None:
+        if self.role not in ROLE_NAMES:
+            raise ValueError(f"role must be one of {ROLE_NAMES}, got {self.role!r}")
+        if self.profile not in PROFILES:
+            raise ValueError(f"profile must be one of {PROFILES}, got {self.profile!r}")
+        if self.n_eval < 0 or (self.threads is not None and self.threads < 1):
+            raise ValueError("n_eval must be >= 0 and threads None or >= 1")
+        if self.eval_max_new_tokens is not None and (not isinstance(self.eval_max_new_tokens, int)
+                                                     or self.eval_max_new_tokens < 1):
+            raise ValueError(f"eval_max_new_tokens must be None or an int >= 1, got {self.eval_max_new_tokens!r}")
+        for name, cls in (("lora", LoraSpec), ("sft", SFTConfig)):
+            if not isinstance(getattr(self, name), cls):
+                raise TypeError(f"{name} must be a {cls.__name__}")
+        if self.grpo is not None and not isinstance(self.grpo, GRPOConfig):
+            raise TypeError("grpo must be a GRPOConfig or None")
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> TrainConfig:
+        d = dict(d)
+        d["lora"] = LoraSpec(**d["lora"])
+        d["sft"] = SFTConfig(**d["sft"])
+        d["grpo"] = GRPOConfig(**d["grpo"]) if d.get("grpo") else None
+        return cls(**d)
+
+
+def config_hash(obj: Any) -> str:
+    """A short sha256 of a (JSON-able) configuration."""
+    data = dataclasses.asdict(obj) if dataclasses.is_dataclass(obj) else obj
+    return hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+# Rewards per role: the primary metric's reward first (it is what GRPO must raise), then shaping terms.
+_REWARDS = {
+    "ask": {"ask_retrieval": 1.0, "op_f1": 0.5, "format": 0.5, "length": 0.5},
+    "write": {"exact_f1": 1.0, "op_f1": 0.5, "format": 0.5, "length": 0.5},
+    "answer": {"answer_correct": 1.0, "abstention": 0.5, "brevity": 0.5},
+}
+PRIMARY_REWARD = {role: next(iter(r)) for role, r in _REWARDS.items()}
+
+
+def _profile_values(role: str, profile: str) -> dict:
+    long_out = role in ("ask", "write")
+    if profile == "smoke":
+        # CI: every code path once (warm start with a checkpoint, GRPO with every reward and the KL, the held-out
+        # evaluation of each stage), on as few tokens as that takes: a step's cost is its tokens (about 150
+        # tokens/s forward+backward on 2 quiet cores), and trained stages decode on transformers. One torch
+        # thread: CI shares the cores (xdist workers, other jobs), and two OpenMP threads on a busy machine
+        # spin-wait: generating 2 x 32 tokens took 118 s with 2 threads against 12 s with 1 (load 7, 2 cores).
+        return dict(sft=dict(max_steps=3, batch_size=2, max_length=384, n_generated=16, n_seed=8, save_steps=3),
+                    grpo=dict(max_steps=2, prompts_per_step=1, num_generations=2, n_prompts=4, save_steps=2,
+                              max_completion_length=32 if long_out else 16, select_hard=False),
+                    n_eval=2, eval_max_new_tokens=32, threads=1)
+    if profile == "default":
+        # sized for about half an hour per role on 2 quiet cores (measured figures: README / notebook 20)
+        return dict(sft=dict(max_steps={"ask": 120, "write": 120, "answer": 100}[role], batch_size=8,
+                             n_generated={"ask": 600, "write": 500, "answer": 800}[role]),
+                    grpo=dict(max_steps=20, prompts_per_step=2, num_generations=4,
+                              max_completion_length=128 if long_out else 16, n_prompts=160),
+                    n_eval=200)
+    return dict(sft=dict(max_steps=1200, batch_size=16, n_generated=0, n_seed=-1, learning_rate=3e-4),
+                grpo=dict(max_steps=300, prompts_per_step=4, num_generations=8,
+                          max_completion_length=384 if long_out else 24, n_prompts=2000),
+                n_eval=0)
+
+
+def profile_config(role: str, profile: str = "default", *, seed: int = 0, **overrides: Any) -> TrainConfig:
+    """The :class:`TrainConfig` of ``role`` in ``profile``; keyword overrides replace whole fields.
+
+    Profiles: ``smoke`` (CI: a few steps of each stage, minutes for all three roles), ``default``
+    (the real CPU run: about half an hour per role on 2 cores), ``full`` (more steps, all the data,
+    larger groups: GPU welcome).
+    """
+    if role not in ROLE_NAMES:
+        raise ValueError(f"role must be one of {ROLE_NAMES}, got {role!r}")
+    if profile not in PROFILES:
+        raise ValueError(f"profile must be one of {PROFILES}, got {profile!r}")
+    v = _profile_values(role, profile)
+    rewards = dict(_REWARDS[role])
+    options = {name: {"embedder": "minilm"} for name in rewards if name in ("op_f1", "ask_retrieval")}
+    cfg = TrainConfig(role=role, profile=profile, seed=seed, sft=SFTConfig(**v["sft"]),
+                      grpo=GRPOConfig(rewards=rewards, reward_options=options, **v["grpo"]), n_eval=v["n_eval"],
+                      eval_max_new_tokens=v.get("eval_max_new_tokens"), threads=v.get("threads"))
+    return dataclasses.replace(cfg, **overrides) if overrides else cfg
