@@ -698,8 +698,9 @@ class MAGS:
     def render_item(self, item: Any) -> str:
         """One recall item as the reader sees it (:func:`mags_lib.protocol.format_item`).
 
-        An episode shows its date and speaker; a fact the date of the episode that first stated it
-        and, when superseded, ``no longer true``. Items the graph does not know (hand-made) show
+        An episode shows its date and speaker, and ``no longer true`` when every fact it stated was
+        superseded; a fact the date of the episode that first stated it and, when superseded,
+        ``no longer true``. Items the graph does not know (hand-made) show
         their text.
         """
         g = self.graph
@@ -710,6 +711,8 @@ class MAGS:
             if getattr(item, "kind", None) == "episode" and node_id is not None:
                 d = g.node(node_id)
                 time_, speaker = d.get("time"), g.nodes.meta[g._idx(node_id)].get("speaker")
+                if self.config.memory == "graph":
+                    current = False if g.episode_current(node_id) is False else None
             elif edge_id is not None:
                 e = g.edge(edge_id)
                 current = bool(e["valid"])

@@ -467,6 +467,17 @@ class LiquidGraph:
             out.sort(key=lambda d: d["time"])  # stable: equal times keep id order
         return out
 
+    def episode_current(self, node_id: str) -> bool | None:
+        """Whether what episode ``node_id`` said still holds: None when no fact came from it, False
+        when every fact it stated was superseded (the reader sees it as "no longer true"), else True."""
+        i = self._idx(node_id)
+        ep = self.node_id(i)
+        ed = self.edges
+        mine = [e for e in np.flatnonzero(ed.alive & (ed.kind == EDGE_FACT)).tolist() if ep in ed.episodes[e]]
+        if not mine:
+            return None
+        return bool(ed.valid[mine].any())
+
     def search_episodes(self, query: str | Sequence[str], k: int = 10) -> list[RecallItem]:
         """The ``k`` episodes most similar to the query by cosine, best first (exact search).
 

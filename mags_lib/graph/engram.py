@@ -14,8 +14,13 @@ For a batch of ``(subject, relation, object)`` triplets:
    the cosine says how much there is to share) goes to every neighbour with
    ``sim_j >= gat_min_similarity`` and strength ``>= gat_min_strength``;
 3. **facts** -- a repeated fact is reinforced (``s += repeat_gain * (1 - s)``, provenance merged);
-   a new fact whose relation is functional and whose subject already has a *different* valid
-   object is **reconciled**: with policy ``"newer"`` the old edge is invalidated (``valid=False``,
+   a new fact whose relation is functional (not declared multi-valued) and whose subject already
+   has a *different* valid object under the same slot (the relation itself, or one of its declared
+   paraphrases, ``EngramConfig.same_slot_relations``: "moved to" / "lives in") is **reconciled**,
+   except against facts written by the same observation (one observation never supersedes its own
+   facts: "bought shoes and a red dress"). With ``time_order``, a fact said *before* its rival
+   (the episodes' ISO times) is stored as history (invalid, ``invalidated_by`` the newer fact)
+   instead of superseding it; otherwise the conflict is with policy ``"newer"`` the old edge is invalidated (``valid=False``,
    ``valid_to``, ``invalidated_by`` = the new edge; it leaves the traversable structure but stays
    inspectable through :meth:`LiquidGraph.history`), with ``"stronger"`` the edge with the larger
    ``strength * confidence`` wins and the loser is stored invalid; the episodes that produced a
@@ -37,7 +42,8 @@ from .core import _as_triplets, norm_key
 from .model import EngramReport
 from .store import EDGE_ASSOC, EDGE_FACT, EDGE_MENTION, KIND_ENTITY, KIND_EPISODE
 
-__all__ = ["ASSOC_RELATION", "MENTION_RELATION", "engram", "gat_attention", "reconcile_subject", "supersede"]
+__all__ = ["ASSOC_RELATION", "MENTION_RELATION", "engram", "fact_time", "gat_attention", "reconcile_subject",
+           "supersede"]
 
 ASSOC_RELATION = "related to"
 _INTRA_MAX = 4096  # new mentions per call up to which their pairwise similarities are one product
@@ -192,6 +198,8 @@ def engram(g, triplets, *, episode: str | None = None, source: str | None = None
     # -- facts ----------------------------------------------------------------------------
     tick = g.tick
     n_access, n_last, n_imp = nd.access, nd.last_access, nd.importance  # views; no node is added below
+    call_edges: set[int] = set()  # facts this call wrote: one observation never supersedes its own facts
+    when = _iso_day(nd.meta[ep_idx].get("time") if ep_idx is not None else None) or _iso_day(time)
     entity_key, rel_id = g._entity_key, g._rel_id
     for s, r, o, ks, kr, ko in clean:
         si, oi = entity_key[ks], entity_key[ko]
@@ -216,13 +224,26 @@ def engram(g, triplets, *, episode: str | None = None, source: str | None = None
         else:
             rivals = []
             if cfg.reconcile and cfg.is_functional(kr):
+                slot = cfg.slot(kr)
                 for nb, kd in g.G._succ[si].items():
                     if nb == oi:
                         continue
                     for x in kd:
-                        if ed.rel[x] == rid and ed.kind[x] == EDGE_FACT:
+                        if ed.kind[x] != EDGE_FACT or x in call_edges or (episodes and episodes[0] in ed.episodes[x]):
+                            continue
+                        xr = g._rel_text[ed.rel[x]]
+                        if ed.rel[x] == rid or (cfg.slot(xr) == slot and cfg.is_functional(xr)):
                             rivals.append(int(x))
                 rivals.sort()  # id order, not adjacency order
+            if rivals and cfg.time_order and when is not None:
+                later = [x for x in rivals if (fact_time(g, x) or "") > when]
+                if later:  # said before what memory holds: stored as history, superseded by the newer fact
+                    e = g._add_edge(si, oi, rid, EDGE_FACT, cfg.init_strength, cfg.init_confidence, episodes,
+                                    sources, valid=False)
+                    ed.invalidated_by[e] = max(later, key=lambda x: (fact_time(g, x), x))
+                    rep.rejected_edges.append(e)
+                    call_edges.add(e)
+                    continue
             if rivals and cfg.conflict_policy == "stronger":
                 old_best = max(rivals, key=lambda x: ed.strength[x] * ed.confidence[x])
                 if ed.strength[old_best] * ed.confidence[old_best] > cfg.init_strength * cfg.init_confidence:
@@ -233,6 +254,7 @@ def engram(g, triplets, *, episode: str | None = None, source: str | None = None
                     continue
             e = g._add_edge(si, oi, rid, EDGE_FACT, cfg.init_strength, cfg.init_confidence, episodes, sources)
             rep.new_edges.append(e)
+            call_edges.add(e)
             for x in rivals:
                 supersede(g, x, e, keep_episodes=episodes)
                 rep.invalidated_edges.append(x)
@@ -246,6 +268,24 @@ def engram(g, triplets, *, episode: str | None = None, source: str | None = None
                 g._add_edge(ep_idx, i, mention_rel, EDGE_MENTION, cfg.episode_link_strength, 1.0, episodes, sources)
         nd.last_access[ep_idx] = tick
     return rep
+
+
+def _iso_day(time: str | None) -> str | None:
+    """``YYYY-MM-DD[Thh:mm...]`` of an ISO time stamp (comparable as a string), or None."""
+    import re
+
+    if time and re.match(r"\d{4}-\d{2}-\d{2}", time):
+        return time
+    return None
+
+
+def fact_time(g, e: int) -> str | None:
+    """When fact edge ``e`` was last said: the latest ISO time of the episodes in its provenance."""
+    nd = g.nodes
+    times = [_iso_day(nd.meta[int(x[2:])].get("time")) for x in g.edges.episodes[e] if x.startswith("ep")]
+    times = [t for t in times if t]
+    return max(times) if times else None
+
 
 
 def _with(items: list, x) -> list:
