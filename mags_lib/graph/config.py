@@ -183,6 +183,8 @@ class EngramConfig:
     """Engram (write) step: entity resolution, initial edges, reconciliation, episodes."""
 
     resolve_threshold: float = 0.90  # cosine at/above which an entity is the same node (update/merge)
+    typed_resolution: bool = True  # dates/times/numbers match exactly, short names share words (engram.same_kind)
+    short_name_threshold: float = 0.95  # short names sharing no word merge only at/above this cosine
     init_strength: float = 0.5  # strength of a new fact edge
     init_confidence: float = 0.7  # confidence of a new fact edge
     repeat_gain: float = 0.2  # a repeated fact: strength += repeat_gain * (1 - strength)
@@ -212,6 +214,7 @@ class EngramConfig:
     def __post_init__(self) -> None:
         coerce_fields(self)
         _check_unit("resolve_threshold", self.resolve_threshold, open_low=True)
+        _check_unit("short_name_threshold", self.short_name_threshold, open_low=True)
         _check_unit("init_strength", self.init_strength, open_low=True)
         _check_unit("init_confidence", self.init_confidence, open_low=True)
         _check_unit("repeat_gain", self.repeat_gain)
