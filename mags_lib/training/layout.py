@@ -133,6 +133,14 @@ def find_trained_model(role: str, *, run_tag: str = "default", backend: str = "l
             "trained_tag=...)), or use MAGS.default(models='base').")
     key = backend.lower().replace(".", "").replace("_", "").replace("-", "")
     if key in ("llamacpp", "llama", "gguf"):
+        from ..export import ExportError, read_manifest, trained_gguf
+
+        try:  # an export of mags_lib.export: resolved and checked against the adapter it came from
+            ours = read_manifest(folder / "gguf", verify="none", missing_ok=True) is not None
+        except ExportError:
+            ours = False  # another tool's manifest.json (or a corrupt one: the files are picked by name)
+        if ours:
+            return trained_gguf(role, run_tag, models_root=models_root)
         gguf = _pick_gguf(folder / "gguf")
         if gguf is None:
             raise ModelNotFoundError(
