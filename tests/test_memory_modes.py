@@ -5,6 +5,7 @@ rolls back like the graph. A scripted reader records the memory block it was giv
 from __future__ import annotations
 
 import pytest
+from reliability_support import ScriptedBackend
 
 from mags_lib import MAGS
 from mags_lib import protocol as P
@@ -20,13 +21,11 @@ TURNS = [  # (speaker, text, date)
 ]
 
 
-class Reader:
+class Reader(ScriptedBackend):
     """Scripted backend: the write model writes one fact about the input, the reader records its prompt."""
 
-    name = "scripted"
-    supports_grammar = True
-
     def __init__(self):
+        super().__init__([])
         self.prompts: list = []
 
     def generate(self, prompts, **kw):
@@ -44,12 +43,6 @@ class Reader:
                 text = ""
             out.append(Generation(text=text, n_prompt_tokens=1, n_new_tokens=1, seconds=0.0))
         return out
-
-    def count_tokens(self, text: str) -> int:
-        return len(text.split())
-
-    def close(self) -> None:
-        pass
 
 
 def agent(memory: str, **cfg) -> tuple[MAGS, Reader]:

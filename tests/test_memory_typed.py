@@ -28,7 +28,8 @@ class Same:
 
 PAIRS_APART = [("7 May 2023", "8 May 2023"), ("May 7, 2023", "June 7, 2023"), ("2022", "2023"),
                ("5 pm", "6 pm"), ("3 dogs", "4 dogs"), ("Caroline's son", "Caroline's daughter"), ("Jon", "John"),
-               ("Saturday", "Sunday")]
+               ("Saturday", "Sunday"), ("the meeting on 7 May 2023", "the meeting on 8 May 2023"),
+               ("dinner at 5 pm on Friday", "dinner at 6 pm on Friday")]
 PAIRS_SAME = [("8 May 2023", "May 8, 2023"), ("blorp", "blorps"), ("05 pm", "5 pm"), ("Teal Bridge", "the Teal Bridge")]
 
 
