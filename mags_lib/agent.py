@@ -27,7 +27,7 @@ import dataclasses
 import json
 import re
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -36,6 +36,7 @@ from . import protocol as P
 
 __all__ = [
     "MAGS",
+    "MEMORY_MODES",
     "ROUTER_GRAMMAR",
     "Answer",
     "Extraction",
@@ -43,7 +44,6 @@ __all__ = [
     "MAGSFormatError",
     "Observation",
     "find_trained_model",
-    "MEMORY_MODES",
     "grounded",
     "resolve_speaker",
     "rule_route",

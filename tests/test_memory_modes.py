@@ -92,12 +92,12 @@ def test_rag_returns_top_k_raw_observations_and_never_changes():
 
 
 def test_full_context_keeps_the_newest_that_fit_oldest_first():
-    m, r = agent("full_context")
+    m, _ = agent("full_context")
     a = m.ask("What do blorps eat?")
     assert [f.split(") ", 1)[0] for f in a.facts] == ["(2023-05-08", "(2023-05-09", "(2023-05-10", "(2023-05-11"]
     assert a.facts[1] == "(2023-05-09) Melanie: My kids love the new pottery class."
     # a window too small for everything: the newest observations are kept
-    m2, r2 = agent("full_context", n_ctx=256 + 48 + 24, memory_token_budget=16, max_new_tokens_write=16,
+    m2, _ = agent("full_context", n_ctx=256 + 48 + 24, memory_token_budget=16, max_new_tokens_write=16,
                    max_new_tokens_ask=16)
     a2 = m2.ask("What do blorps eat?")
     assert 0 < len(a2.facts) < len(TURNS)
@@ -105,7 +105,7 @@ def test_full_context_keeps_the_newest_that_fit_oldest_first():
 
 
 def test_graph_mode_is_unchanged_and_shows_dates():
-    m, r = agent("graph")
+    m, _ = agent("graph")
     assert any(f["subject"] == "Blorps" for f in m.graph.facts())
     a = m.ask("What do blorps eat?")
     assert any(line == "(2023-05-10) Blorps eat frozen lemons" for line in a.facts), a.facts
