@@ -268,8 +268,8 @@ def extract_records(stage: str, details: Mapping[str, Any], source: str | None =
 def stage_of(out_dir: Path | str) -> tuple[str, str]:
     """``(run_tag, stage)`` of ``results/<run_tag>/<NN_name>[/<matrix value>]``."""
     parts = Path(out_dir).resolve().parts
-    for i, p in enumerate(parts):
-        if _STAGE_RE.match(p) and i > 0:
+    for i in (len(parts) - 1, len(parts) - 2):  # results/<tag>/<NN_name> or .../<NN_name>/<value>
+        if i > 0 and _STAGE_RE.match(parts[i]):
             return parts[i - 1], "/".join(parts[i:])
     raise ValueError(f"{out_dir} is not a stage folder results/<run_tag>/<NN_name>[/<value>] "
                      f"(make it with repro.run_dir(run_tag, stage))")
