@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import difflib
+import itertools
 import json
 import math
 import os
@@ -347,11 +348,8 @@ def _expected_stages(notebooks_dir: Path | None) -> list[str]:
         if nb.name == "90_report":
             continue
         matrix = pipeline.notebook_matrix(nb)
-        if matrix:
-            (name, values), = list(matrix.items())[:1]
-            out += [f"{nb.name}/{v}" for v in values]
-        else:
-            out.append(nb.name)
+        combos = itertools.product(*matrix.values()) if matrix else [()]
+        out += ["/".join([nb.name, *map(str, c)]) for c in combos]  # the runner's record keys
     return out
 
 

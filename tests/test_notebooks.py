@@ -163,6 +163,12 @@ def test_every_notebook_runs_in_the_smoke_profile(smoke_run):
             assert (out / f"{path.stem}.ipynb").is_file()
             meta = json.loads((out / "meta.json").read_text())
             assert meta["seed"] == 0 and meta["params"]["profile"] == "smoke", key
+    # the report (run last) lists every earlier stage, each with a metrics file or a stated reason
+    report = (smoke_run.run_dir / "90_report" / "report.md").read_text()
+    for key in state["notebooks"]:
+        if not key.startswith("90_"):
+            row = re.search(rf"^\| {re.escape(key)} \| (done|skipped|no metrics)\b", report, re.M)
+            assert row, f"90_report/report.md lacks a finished row for {key}"
 
 
 # --- inline graph pictures, opened in JupyterLab in headless Chromium ---------------------------
