@@ -210,11 +210,12 @@ def test_consolidator_schedule(tmp_path, monkeypatch):
 # a real consolidation (SmolLM2-135M, transformers + PEFT, one torch thread)
 @pytest.mark.slow
 def test_tiny_consolidation_raises_closed_book_accuracy_and_rollback_restores(tmp_path):
-    """About 1-2 minutes on 2 busy cores: 4 facts, 36 rows, 30 optimizer steps of a rank-16 LoRA."""
-    m = MAGS(MAGSConfig(backend="transformers", embedder="hash", n_threads=1), graph=_graph())
+    """3 facts, 8 rows, 16 optimizer steps of a rank-16 LoRA; answers capped at 16 tokens."""
+    m = MAGS(MAGSConfig(backend="transformers", embedder="hash", n_threads=1, max_new_tokens_answer=16),
+             graph=_graph(FACTS[:3]))
     cfg = ConsolidationConfig(min_strength=0.0, min_uses=0, holdout_template=False, questions_per_fact=2,
-                              statements_per_fact=1, negatives_ratio=0.25, open_book_ratio=0.0, max_steps=30,
-                              batch_size=4, learning_rate=2e-3, after="prune")
+                              statements_per_fact=0, negatives_ratio=0.34, open_book_ratio=0.0, max_steps=16,
+                              batch_size=4, learning_rate=3e-3, after="prune")
     facts = select_facts(m.graph, cfg)
     questions = render_examples(facts, cfg)["eval"]
     base = closed_book_accuracy(m, questions)
