@@ -138,6 +138,7 @@ def test_demote_and_forget_are_logged_and_replay():
     facts = {f["subject"]: f for f in g.facts()}
     e_blorps, e_snarfs = facts["Blorps"]["id"], facts["Snarfs"]["id"]
     s0 = g.edge(e_blorps)["strength"]
+    g.edges.permanent[e_blorps] = True  # as solidification would have made it
     assert g.demote([e_blorps], 0.25) == 1
     assert g.edge(e_blorps)["strength"] == pytest.approx(s0 * 0.25) and not g.edge(e_blorps)["permanent"]
     assert g.forget([e_snarfs]) == 1
