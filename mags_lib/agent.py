@@ -707,23 +707,31 @@ class MAGS:
         c = self.config
         spec = self.prompt_spec("answer")
         b = self.backend("answer")
-        kw = dict(max_new_tokens=spec.max_new_tokens, temperature=c.temperature, seed=c.seed,
-                  stop=list(spec.stop if c.answer_stop is None else c.answer_stop) or None)
-        if self.consolidated is None:
-            return b.generate([spec.messages(question, facts=facts)], **kw)[0]
-        from .consolidation import runtime_adapter
-
-        path = str(runtime_adapter(self.consolidated, c.backend))
-        name = next((n for n, p in b.adapters.items() if p == path), None)
+        kw = {"max_new_tokens": spec.max_new_tokens, "temperature": c.temperature, "seed": c.seed,
+              "stop": list(spec.stop if c.answer_stop is None else c.answer_stop) or None}
+        name = self.consolidated_adapter_name()
         if name is None:
-            name = f"consolidated-{len(b.adapters)}"
-            b.load_adapter(name, path)
+            return b.generate([spec.messages(question, facts=facts)], **kw)[0]
         prev = b.active_adapter
         b.set_adapter(name)  # only around the answer: ask/write/router may share this backend
         try:
             return b.generate([spec.messages(question, facts=facts)], **kw)[0]
         finally:
             b.set_adapter(prev)
+
+    def consolidated_adapter_name(self) -> str | None:
+        """The answer backend's name for the consolidation adapter in use (loaded on first use), or None."""
+        if self.consolidated is None:
+            return None
+        from .consolidation import runtime_adapter
+
+        b = self.backend("answer")
+        path = str(runtime_adapter(self.consolidated, self.config.backend))
+        name = next((n for n, p in b.adapters.items() if p == path), None)
+        if name is None:
+            name = f"consolidated-{len(b.adapters)}"
+            b.load_adapter(name, path)
+        return name
 
     def _ask_closed_book(self, question: str, time: str | None, t0: float) -> Answer:
         import time as _time

@@ -9,7 +9,6 @@ previous (no) adapter and so the base model's answers.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 
 import pytest

@@ -85,16 +85,10 @@ def perplexity(m: Any, texts: Sequence[str] = HELD_OUT_TEXT) -> float:
     (transformers backend)."""
     import torch
 
-    from ..consolidation import runtime_adapter
-
     b = m.backend("answer")
     prev = b.active_adapter
-    if m.consolidated is not None:
-        path = str(runtime_adapter(m.consolidated, "transformers"))
-        name = next((n for n, p in b.adapters.items() if p == path), None)
-        if name is None:
-            name = f"consolidated-{len(b.adapters)}"
-            b.load_adapter(name, path)
+    name = m.consolidated_adapter_name()
+    if name is not None:
         b.set_adapter(name)
     try:
         nll, n = 0.0, 0
