@@ -27,7 +27,7 @@ import dataclasses
 import json
 import re
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -36,6 +36,7 @@ from . import protocol as P
 
 __all__ = [
     "MAGS",
+    "MEMORY_MODES",
     "ROUTER_GRAMMAR",
     "Answer",
     "Extraction",
@@ -44,12 +45,18 @@ __all__ = [
     "Observation",
     "find_trained_model",
     "grounded",
+    "resolve_speaker",
     "rule_route",
 ]
 
 _FORMAT = "mags-agent"
 _FORMAT_VERSION = 2  # 2: mags.json carries a checksum; version 1 saves still load
 _PROMPT_ROOM = 256  # tokens n_ctx must leave for a system prompt, few-shot examples and a short input
+MEMORY_MODES = ("graph", "none", "full_context", "rag")
+"""``MAGSConfig.memory``: what the reader is given. ``graph``: MAGS (the Liquid Knowledge Graph, write
+model, recall); ``none``: nothing (the reader alone); ``full_context``: the raw observations, newest
+kept, as many as fit the reader's window; ``rag``: the ``recall_k`` raw observations most similar to
+the question by embedding (static: never updated, no write or ask model call)."""
 
 
 class MAGSFormatError(ValueError):
@@ -72,6 +79,7 @@ class MAGSConfig:
     """
 
     backend: str = "llamacpp"  # "llamacpp" | "transformers" | "vllm"
+    memory: str = "graph"  # "graph" (MAGS) | "none" | "full_context" | "rag": baselines (see MEMORY_MODES)
     models: str = "base"  # "base": embedded SmolLM2 for every role; "trained": models/<role>/<trained_tag>/
     trained_tag: str = "default"  # run tag of the trained ask/write/answer models (models="trained")
     ask_model: str | None = None  # overrides `models` for the ask role
@@ -118,6 +126,8 @@ class MAGSConfig:
         coerce_fields(self)  # every int / float / bool / str field has its type (numpy scalars -> Python)
         if self.backend.lower().replace(".", "").replace("_", "") not in BACKENDS + ("hf",):
             raise ValueError(f"backend must be one of {BACKENDS}, got {self.backend!r}")
+        if self.memory not in MEMORY_MODES:
+            raise ValueError(f"memory must be one of {MEMORY_MODES}, got {self.memory!r}")
         if self.models not in ("base", "trained"):
             raise ValueError(f"models must be 'base' or 'trained', got {self.models!r}")
         if self.router not in ("rule", "model"):
@@ -266,14 +276,15 @@ class Observation:
     text: str
     source: str
     time: str | None
-    episode: str
+    episode: str | None  # None with memory="none" (nothing is stored)
     triplets: list[tuple[str, str, str]]
-    extraction: Extraction
+    extraction: Extraction | None  # None when no write model ran (memory modes other than "graph")
     report: Any
     maintained: Any = None
     seconds: float = 0.0
     kind: str = "observe"
     dropped: list[tuple[str, str, str]] = field(default_factory=list)  # written but not grounded: not stored
+    speaker: str | None = None  # who said it (as given to observe())
 
 
 @dataclass
@@ -295,7 +306,7 @@ class Answer:
     recall: Any
     queries: list[str]
     memory_tokens: int
-    extraction: Extraction | None
+    extraction: Extraction | None  # None when no ask model ran (memory modes other than "graph")
     timings: dict[str, float]
     seconds: float
     items: list = field(default_factory=list)  # the recall items behind ``facts``, same order
@@ -363,6 +374,54 @@ def grounded(triplet: Sequence[str], text: str) -> bool:
             if w in have or (len(w) >= 4 and w[:4] in prefixes):
                 return True
     return False
+
+
+_FIRST_PERSON = {"i", "me", "myself", "we", "us", "ourselves"}
+_POSSESSIVE = re.compile(r"^(my|mine|our)\b\s*", re.IGNORECASE)
+
+
+def resolve_speaker(triplet: Sequence[str], speaker: str | None) -> tuple[str, str, str]:
+    """A triplet with its first-person subject / object resolved to ``speaker``.
+
+    ``I``, ``me``, ``myself`` (and ``we``, ``us``) become the speaker's name; ``my X`` / ``our X``
+    become ``<speaker>'s X``; ``mine`` the speaker. Without a speaker the triplet is unchanged.
+
+    >>> resolve_speaker(("I", "work as", "a baker"), "Caroline")
+    ('Caroline', 'work as', 'a baker')
+    >>> resolve_speaker(("my sister", "lives in", "Boston"), "Jon")
+    ("Jon's sister", 'lives in', 'Boston')
+    >>> resolve_speaker(("Mel", "visited", "me"), "Caroline")
+    ('Mel', 'visited', 'Caroline')
+    """
+    s, r, o = (str(x) for x in triplet)
+    if not speaker:
+        return (s, r, o)
+
+    def one(x: str) -> str:
+        t = x.strip()
+        if t.lower() in _FIRST_PERSON or t.lower() == "mine":
+            return speaker
+        m = _POSSESSIVE.match(t)
+        if m and t[m.end():]:
+            return f"{speaker}'s {t[m.end():]}"
+        return x
+
+    return (one(s), r, one(o))
+
+
+def _date_part(time: str | None) -> str | None:
+    """The date of an ISO time stamp (``2023-05-08T13:56`` -> ``2023-05-08``); other strings as is."""
+    if time and re.match(r"\d{4}-\d{2}-\d{2}T", time):
+        return time[:10]
+    return time
+
+
+def _alive_node(g: Any, node_id: str) -> bool:
+    try:
+        g._idx(node_id)
+    except KeyError:
+        return False
+    return True
 
 
 def find_trained_model(role: str, *, run_tag: str = "default", backend: str = "llamacpp",
@@ -576,13 +635,18 @@ class MAGS:
             raise ValueError("empty text: pass a non-empty observation or question")
         return clean_text(text.strip())
 
-    def observe(self, text: str, source: str | None = None, time: str | None = None) -> Observation:
+    def observe(self, text: str, source: str | None = None, time: str | None = None,
+                speaker: str | None = None) -> Observation:
         """Store an observation: an episodic node, then the write model's triplets (engram).
 
         A turn applies whole or not at all: the write model runs before the memory is touched, and
         the memory's changes (episode, facts, the periodic ``maintain``, the log) run in one
         :meth:`LiquidGraph.transaction`; if anything raises, the memory, the turn counter and the
         latencies are as before the call.
+
+        With ``config.memory`` other than ``"graph"`` no model runs: ``"rag"`` and
+        ``"full_context"`` store the episode only (never updated by the dynamics), ``"none"``
+        stores nothing.
 
         Parameters
         ----------
@@ -592,44 +656,82 @@ class MAGS:
             Source id (e.g. ``"D1:3"``) carried by the episode and every derived node and fact;
             default ``"T<turn>"``.
         time : str, date or datetime, optional
-            When it was said (e.g. ``"2023-05-08"`` or ``datetime.date(2023, 5, 8)``), stored as an
-            ISO string.
+            When it was said (e.g. ``"2023-05-08"``, ``datetime.date(2023, 5, 8)`` or LoCoMo's
+            ``"1:56 pm on 8 May, 2023"``), stored as an ISO string.
+        speaker : str, optional
+            Who said it: kept on the episode, shown to the reader, and first-person words of the
+            written facts ("I", "me", "my ...") are resolved to this name.
         """
         import time as _time
 
+        from .graph.core import _clean_speaker
         from .graph.values import clean_source, clean_time
 
         t0 = _time.perf_counter()
         text = self._check_text(text)
-        source, time = clean_source(source), clean_time(time)
+        source, time, speaker = clean_source(source), clean_time(time), _clean_speaker(speaker)
         turn = self._turn + 1
         source = source if source is not None else f"T{turn}"
-        # the model call first: if it fails (context overflow, a broken model file), nothing changed
-        ext = self.extract_many([text], "write", nonempty=self.config.write_nonempty)[0]
-        triplets = list(dict.fromkeys(ext.lenient.triplets))
         c = self.config
-        dropped = [t for t in triplets if not grounded(t, text)] if c.write_grounding else []
-        triplets = [t for t in triplets if t not in dropped]
-        maintained = None
-        with self.graph.transaction():  # the turn's changes to the memory apply whole or not at all
-            ep = self.graph.add_episode(text, source=source, time=time)
-            report = self.graph.engram(triplets, episode=ep, source=source, time=time)
-            if c.dynamics_on and c.maintain_every and (self.n_observations + 1) % c.maintain_every == 0:
-                maintained = self.graph.maintain()
+        ext, triplets, dropped = None, [], []
+        if c.memory == "graph":
+            # the model call first: if it fails (context overflow, a broken model file), nothing changed
+            ext = self.extract_many([text], "write", nonempty=c.write_nonempty)[0]
+            triplets = list(dict.fromkeys(resolve_speaker(t, speaker) for t in ext.lenient.triplets))
+            said = text if speaker is None else f"{speaker}: {text}"  # the speaker's name grounds "I"
+            dropped = [t for t in triplets if not grounded(t, said)] if c.write_grounding else []
+            triplets = [t for t in triplets if t not in dropped]
+        maintained = report = ep = None
+        if c.memory != "none":
+            with self.graph.transaction():  # the turn's changes to the memory apply whole or not at all
+                ep = self.graph.add_episode(text, source=source, time=time, speaker=speaker)
+                if c.memory == "graph":
+                    report = self.graph.engram(triplets, episode=ep, source=source, time=time)
+                    if c.dynamics_on and c.maintain_every and (self.n_observations + 1) % c.maintain_every == 0:
+                        maintained = self.graph.maintain()
         self._turn = turn
         self.n_observations += 1
         dt = _time.perf_counter() - t0
         self.latencies["observe"].append(dt)
         return Observation(text=text, source=source, time=time, episode=ep, triplets=triplets,
-                           extraction=ext, report=report, maintained=maintained, seconds=dt, dropped=dropped)
+                           extraction=ext, report=report, maintained=maintained, seconds=dt, dropped=dropped,
+                           speaker=speaker)
+
+    def render_item(self, item: Any) -> str:
+        """One recall item as the reader sees it (:func:`mags_lib.protocol.format_item`).
+
+        An episode shows its date and speaker, and ``no longer true`` when every fact it stated was
+        superseded; a fact the date of the episode that first stated it and, when superseded,
+        ``no longer true``. Items the graph does not know (hand-made) show
+        their text.
+        """
+        g = self.graph
+        time_, current, speaker = None, None, None
+        node_id = getattr(item, "node_id", None)
+        edge_id = getattr(item, "edge_id", None)
+        try:
+            if getattr(item, "kind", None) == "episode" and node_id is not None:
+                d = g.node(node_id)
+                time_, speaker = d.get("time"), g.nodes.meta[g._idx(node_id)].get("speaker")
+                if self.config.memory == "graph":
+                    current = False if g.episode_current(node_id) is False else None
+            elif edge_id is not None:
+                e = g.edge(edge_id)
+                current = bool(e["valid"])
+                times = [g.node(x).get("time") for x in e["episodes"] if _alive_node(g, x)]
+                time_ = next((t for t in times if t), None)
+        except KeyError:  # not (or no longer) in this graph: the bare text
+            pass
+        return P.format_item(item.text, time=_date_part(time_), current=current, speaker=speaker)
 
     def pack_facts(self, items: Sequence[Any], budget: int | None = None) -> tuple[list[str], int, list]:
-        """Fact lines from ranked recall items, best first, within the token budget.
+        """Memory lines from ranked recall items, best first, within the token budget.
 
-        Returns the facts, the token count of the memory block they make
-        (:func:`mags_lib.protocol.format_facts`, measured with the answer model's tokenizer) and the
-        items they came from. Items whose normalised text repeats an earlier one are skipped, and so
-        is an item that does not fit in what is left of the budget: the next ones may still fit.
+        Each item is rendered by :meth:`render_item` (date, speaker, ``no longer true``). Returns the
+        lines, the token count of the memory block they make (:func:`mags_lib.protocol.format_facts`,
+        measured with the answer model's tokenizer) and the items they came from. Items whose
+        normalised line repeats an earlier one are skipped, and so is an item that does not fit in
+        what is left of the budget: the next ones may still fit.
         """
         budget = self.config.memory_token_budget if budget is None else int(budget)
         b = self.backend("answer")
@@ -638,9 +740,11 @@ class MAGS:
         seen: set[str] = set()
         used = b.count_tokens(P.format_facts(["x"]).split("\n")[0])  # the "Memory:" header line
         for it in items:
-            line = " ".join(it.text.split())
+            if not it.text.strip():
+                continue
+            line = self.render_item(it)
             key = P.normalize_text(line)
-            if not line or key in seen:
+            if key in seen:
                 continue
             cost = b.count_tokens(f"{len(facts) + 1}. {line}\n")
             if used + cost > budget:
@@ -650,6 +754,25 @@ class MAGS:
             seen.add(key)
             used += cost
         return facts, (b.count_tokens(P.format_facts(facts)) if facts else 0), used_items
+
+    def _full_context(self, question: str) -> tuple[list[str], int, list]:
+        """The ``full_context`` memory: raw observations, newest kept, as many as fit the window.
+
+        The room is what ``n_ctx`` leaves after the prompt room, the question and the answer (never
+        less than ``memory_token_budget``); the kept observations are shown oldest first.
+        """
+        from .graph.model import RecallItem
+
+        c = self.config
+        b = self.backend("answer")
+        room = c.n_ctx - _PROMPT_ROOM - self.prompt_spec("answer").max_new_tokens - b.count_tokens(question)
+        eps = self.graph.episodes()
+        items = [RecallItem(text=d["text"], triplet=None, score=0.0,
+                            sources=() if d["source"] is None else (d["source"],), path=(d["id"],),
+                            kind="episode", edges=(), node_id=d["id"]) for d in reversed(eps)]
+        facts, _, used = self.pack_facts(items, budget=max(room, c.memory_token_budget))
+        facts, used = facts[::-1], used[::-1]
+        return facts, (b.count_tokens(P.format_facts(facts)) if facts else 0), used
 
     def ask(self, question: str, *, time: str | None = None, k: int | None = None, recall: bool = True) -> Answer:
         """Answer a question from memory: ask model -> recall -> answer model.
@@ -682,16 +805,28 @@ class MAGS:
         c = self.config
         if not recall:
             return self._ask_closed_book(question, time, t0)
-        ext = self.extract_many([question], "ask")[0]
+        k = c.recall_k if k is None else k
+        ext = self.extract_many([question], "ask")[0] if c.memory == "graph" else None
         t1 = _time.perf_counter()
-        queries = ([question] if c.question_as_query else []) + ext.lenient.asks
+        queries = ([question] if c.question_as_query or ext is None else []) + (ext.lenient.asks if ext else [])
         queries = list(dict.fromkeys(q.strip() for q in queries if q.strip()))[: c.max_queries]
         if not queries:
             queries = [question]
         with self.graph.transaction():  # recall touches the memory: undone if the answer model fails
-            res = self.graph.recall(queries, k=c.recall_k if k is None else k)
+            if c.memory == "graph":
+                res = self.graph.recall(queries, k=k)
+            else:
+                from .graph.model import Recall, RecallTrace
+
+                hits = self.graph.search_episodes(question, k=k) if c.memory == "rag" else []
+                res = Recall(items=hits, trace=RecallTrace(queries=list(queries)))
             t2 = _time.perf_counter()
-            facts, mem_tokens, used_items = self.pack_facts(res.items)
+            if c.memory == "full_context":
+                facts, mem_tokens, used_items = self._full_context(question)
+            elif c.memory == "none":
+                facts, mem_tokens, used_items = [], 0, []
+            else:
+                facts, mem_tokens, used_items = self.pack_facts(res.items)
             gen = self._answer(question, facts)
         t3 = _time.perf_counter()
         self.n_asks += 1
@@ -757,10 +892,11 @@ class MAGS:
                 raise FileNotFoundError(f"{adapter} is not a PEFT adapter folder (no adapter_config.json)")
         self.consolidated = adapter
 
-    def turn(self, text: str, source: str | None = None, time: str | None = None) -> Observation | Answer:
+    def turn(self, text: str, source: str | None = None, time: str | None = None,
+             speaker: str | None = None) -> Observation | Answer:
         """One conversational turn: the router decides between :meth:`observe` and :meth:`ask`."""
         return self.ask(text, time=time) if self.route(text) == "answer" else self.observe(
-            text, source=source, time=time)
+            text, source=source, time=time, speaker=speaker)
 
     def recall(self, query: str | Sequence[str], k: int = 10) -> list[Any]:
         """Ranked memory items for a query (no language model involved).
@@ -771,15 +907,24 @@ class MAGS:
             query = self._check_text(query)
         elif not query:
             raise ValueError("recall needs a query or a non-empty list of queries")
-        return list(self.graph.recall(query, k=k).items)
+        mode = self.config.memory
+        if mode == "graph":
+            return list(self.graph.recall(query, k=k).items)
+        if mode == "rag":
+            return self.graph.search_episodes(query, k=k)
+        return []  # "none" and "full_context" rank nothing (full context is every observation, in order)
 
     def feedback(self, answer: Answer, reward: float = 1.0) -> None:
-        """Reinforce the recall paths that led to a rewarded answer (negative reward weakens)."""
-        self.graph.reinforce(answer.recall, reward=reward)
+        """Reinforce the recall paths that led to a rewarded answer (negative reward weakens).
+
+        Only the graph memory learns; the other memory modes are static (nothing changes).
+        """
+        if self.config.memory == "graph":
+            self.graph.reinforce(answer.recall, reward=reward)
 
     def maintain(self) -> Any:
-        """One tick of the enabled graph dynamics."""
-        return self.graph.maintain()
+        """One tick of the enabled graph dynamics (None for the static memory modes: nothing changes)."""
+        return self.graph.maintain() if self.config.memory == "graph" else None
 
     # -- state ---------------------------------------------------------------------------------
     def snapshot(self) -> str:

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import fcntl
+import json
 import os
+import shutil
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -19,6 +23,40 @@ for _name, _value in {
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
+
+
+def _build_once(tmp_path_factory, name: str, build: Callable[[Path], dict]) -> tuple[Path, dict]:
+    """Run ``build(folder)`` once per test session, whichever pytest-xdist worker asks first.
+
+    A module-scoped fixture runs once per worker that gets one of the module's tests (``--dist load``
+    spreads a module's tests over both workers, and the smoke run of every notebook was seen running on
+    both at once): expensive builds go through here instead. The folder lives in the session's shared
+    base temp directory, an exclusive file lock makes the other workers wait for the first, and a marker
+    written after ``build`` returns (with its JSON result) makes them reuse it. A build that raised
+    leaves no marker: the next worker builds afresh and fails the same way, loudly.
+    """
+    base = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        base = base.parent  # popen-gwN's parent: one per session, shared by the workers
+    folder, marker = base / f"shared-{name}", base / f"shared-{name}.built.json"
+    with open(base / f"shared-{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            if marker.is_file():
+                return folder, json.loads(marker.read_text())
+            shutil.rmtree(folder, ignore_errors=True)
+            folder.mkdir()
+            result = build(folder)
+            marker.write_text(json.dumps(result))
+            return folder, result
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+@pytest.fixture(scope="session")
+def build_once(tmp_path_factory) -> Callable[[str, Callable[[Path], dict]], tuple[Path, dict]]:
+    """``build_once(name, build)``: see :func:`_build_once` (one build per session, shared by the workers)."""
+    return lambda name, build: _build_once(tmp_path_factory, name, build)
 
 
 @pytest.fixture

@@ -141,8 +141,9 @@ def test_ask_gives_the_answer_model_the_recalled_facts(scripted):
     a = m.ask("What do blorps eat?")
     assert a.answer == "Frozen lemons."
     assert a.queries == ["What do blorps eat?", "blorp diet"]  # the question, then the ask model's query
-    assert "Blorps eat frozen lemons" in a.facts  # the stored fact (the episode says "eat only")
-    assert a.facts == [" ".join(it.text.split()) for it in a.items] and "S2" in a.sources
+    # the stored fact (the episode says "eat only"), with the date it was said (format_item)
+    assert "(2023-05-08) Blorps eat frozen lemons" in a.facts
+    assert a.facts == [m.render_item(it) for it in a.items] and "S2" in a.sources
     seen = backends["answer"].calls[-1]["content"]
     assert seen == m.prompt_spec("answer").messages("What do blorps eat?", facts=a.facts)[-1]["content"]
     assert seen == P.build_messages("answer", "What do blorps eat?", facts=a.facts)[-1]["content"]
@@ -225,8 +226,8 @@ def test_ask_returns_answer_facts_trace(story):
     a = m.ask("What do blorps eat?")
     assert isinstance(a, Answer) and isinstance(a.answer, str) and a.answer
     # the answer model was given the recalled items, in order: here the gold episode among them
-    assert a.facts == [" ".join(it.text.split()) for it in a.items]
-    assert "Blorps eat only frozen lemons." in a.facts and "S2" in a.sources
+    assert a.facts == [m.render_item(it) for it in a.items]
+    assert any(f.endswith("Blorps eat only frozen lemons.") for f in a.facts) and "S2" in a.sources
     assert a.trace.anchors and a.queries[0] == "What do blorps eat?"
     assert 0 < a.memory_tokens <= m.config.memory_token_budget
     assert m.memory_tokens[before:] == [a.memory_tokens]

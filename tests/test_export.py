@@ -29,10 +29,15 @@ N_NEW = 24
 
 
 @pytest.fixture(scope="module")
-def work(tmp_path_factory):
-    d = tmp_path_factory.mktemp("export")
-    adapter = E.random_lora(d / "adapter", r=8, b_std=0.02, seed=1)
-    manifest = E.export_adapter(adapter, d / "gguf", E.ExportConfig(), progress=False)
+def work(build_once):
+    def build(d):
+        adapter = E.random_lora(d / "adapter", r=8, b_std=0.02, seed=1)
+        E.export_adapter(adapter, d / "gguf", E.ExportConfig(), progress=False)
+        return {"adapter": str(adapter)}
+
+    d, built = build_once("export", build)  # once per session, not once per worker that gets a test here
+    adapter = type(d)(built["adapter"])
+    manifest = E.read_manifest(d / "gguf")
     return SimpleNamespace(dir=d, adapter=adapter, gguf=d / "gguf", manifest=manifest,
                            file=lambda v: d / "gguf" / E.FILES[v])
 
@@ -135,7 +140,7 @@ def test_f16_greedy_tokens_equal_transformers_where_the_reference_is_not_tied(wo
 
 
 @pytest.fixture(scope="module")
-def base_f16(work):
+def base_f16(tmp_path_factory):
     """The untouched base as an F16 GGUF, to apply the LoRA file onto without Q4_1's noise."""
     import torch
     from transformers import AutoModelForCausalLM
@@ -144,7 +149,7 @@ def base_f16(work):
 
     base = base_model_dir()
     model = AutoModelForCausalLM.from_pretrained(str(base), dtype=torch.float32)
-    return E.write_model_gguf(model, work.dir / "base-f16.gguf", "F16", tokenizer_dir=base, base_dir=base,
+    return E.write_model_gguf(model, tmp_path_factory.mktemp("base-f16") / "base-f16.gguf", "F16", tokenizer_dir=base, base_dir=base,
                               progress=False)
 
 

@@ -154,7 +154,9 @@ def test_engram_batch_matches_one_by_one_resolution_reference(seed):
             table[f"c{c} item {j}"] = centres[c] / np.linalg.norm(centres[c]) + noise * rng.standard_normal(dim) / np.sqrt(dim)
     table["c0 twin"] = table["c0 item 0"]  # an exact duplicate vector under another name
     emb = TableEmbedder(table, dim=dim, seed=seed)
-    g = LiquidGraph(emb)
+    # the reference resolves by similarity alone: the labels carry numbers ("c0 item 3"), which typed
+    # resolution (tests/test_memory_typed.py) would never merge, so it is off here
+    g = LiquidGraph(emb, config=GraphConfig(engram=EngramConfig(typed_resolution=False)))
     names = list(table)
     g.engram([(names[i], "near", names[i + 1]) for i in range(0, 10, 2)], source="test")  # some known entities first
     kinds = []
@@ -222,7 +224,9 @@ def test_large_calls_take_the_blockwise_paths(monkeypatch):
     trips = [(names[s], "near", names[o]) for s, o in rng.choice(len(names), size=(60, 2))]
 
     def build():
-        g = LiquidGraph(TableEmbedder(table, dim=16))
+        # similarity-only resolution (the labels carry numbers, which typed resolution never merges):
+        # what is compared is the blockwise paths' arithmetic
+        g = LiquidGraph(TableEmbedder(table, dim=16), config=GraphConfig(engram=EngramConfig(typed_resolution=False)))
         g.engram(trips[:5], source="test")
         g.engram(trips[5:], source="test")
         return g

@@ -178,10 +178,13 @@ def test_run_benchmark_without_models(tiny, tmp_path):
     names = [d["retriever"] for d in res.recall_summary()]
     assert names == ["bm25", "dense-hash", "rrf(bm25+dense-hash)", "mags (episodes only)"]
     mags = [r for r in res.recall_rows if r["retriever"] == "mags (episodes only)"]
-    assert {r["speaker_mode"] for r in mags} == {"in text"} and {r["write"] for r in mags} == {"episodes"}
+    # the graph takes the speaker as an argument (issue 13) and embeds it with the turn
+    assert {r["speaker_mode"] for r in mags} == {"argument"} and {r["write"] for r in mags} == {"episodes"}
     assert mags[3]["recall@5"] == 1.0  # "Gina's dog" finds "Gina: My dog Biscuit ..."
-    g = res.memories["tiny/episodes"].graph  # the speaker is in the episode's text, as the retrievers see it
-    assert g.recall("banker", k=1).items[0].text == "Jon: I lost my job as a banker last week."
+    g = res.memories["tiny/episodes"].graph  # the episode keeps the utterance; the speaker is its own field
+    ep = g.recall("banker", k=1).items[0]
+    assert ep.text == "I lost my job as a banker last week." and g.episodes()[0]["speaker"] == "Jon"
+    assert res.memories["tiny/episodes"].render_item(ep).endswith("Jon: I lost my job as a banker last week.")
     # six turns: no maintenance tick has pruned anything; every evidence turn survives as an episode
     m = res.metrics()
     assert m["evidence_survival"]["episodes"]["overall"] == 1.0

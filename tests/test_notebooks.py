@@ -87,28 +87,31 @@ class SmokeRun:
 
 
 @pytest.fixture(scope="module")
-def smoke_run(tmp_path_factory) -> SmokeRun:
+def smoke_run(build_once) -> SmokeRun:
     """The real command line over every notebook, smoke profile, into a temporary results root, on a
     project with no ``../shared`` beside it (issue 9, item 0: the seed datasets are optional).
 
     The project root is a temporary folder too ($MAGS_ROOT), so the run writes no data/processed/,
     models/<role>/ nor data/generated/ into the checkout (a real training run may be using them): it
     reads the checkout's converted base model and ``../shared`` through links."""
-    tmp = tmp_path_factory.mktemp("smoke")
-    results = tmp / "results"
-    project = tmp / "project"
-    (project / "models").mkdir(parents=True)
-    if (ROOT / "models" / "base").is_dir():
-        (project / "models" / "base").symlink_to(ROOT / "models" / "base", target_is_directory=True)
-    # no ../shared beside the temporary project: the run is what a clone with nothing beside it does (the
-    # seed datasets and LoCoMo are optional inputs; each notebook says in one line what it skipped)
-    cmd = [sys.executable, "-m", "mags_lib.pipeline", "--profile", "smoke", "--run-tag", "test-smoke",
-           "--results-root", str(results), "--notebooks-dir", str(ROOT / "notebooks")]
-    env = {**os.environ, "MAGS_RESULTS": str(results), "MAGS_ROOT": str(project),
-           "JUPYTER_DATA_DIR": str(tmp / "jupyter-data")}
-    proc = subprocess.run(cmd, check=False, cwd=ROOT, env=env, capture_output=True, text=True, timeout=3000)
-    assert proc.returncode == 0, f"pipeline failed:\n{proc.stderr[-6000:]}"
-    run_dir = results / "test-smoke"
+    def build(tmp: Path) -> dict:
+        results = tmp / "results"
+        project = tmp / "project"
+        (project / "models").mkdir(parents=True)
+        if (ROOT / "models" / "base").is_dir():
+            (project / "models" / "base").symlink_to(ROOT / "models" / "base", target_is_directory=True)
+        # no ../shared beside the temporary project: the run is what a clone with nothing beside it does (the
+        # seed datasets and LoCoMo are optional inputs; each notebook says in one line what it skipped)
+        cmd = [sys.executable, "-m", "mags_lib.pipeline", "--profile", "smoke", "--run-tag", "test-smoke",
+               "--results-root", str(results), "--notebooks-dir", str(ROOT / "notebooks")]
+        env = {**os.environ, "MAGS_RESULTS": str(results), "MAGS_ROOT": str(project),
+               "JUPYTER_DATA_DIR": str(tmp / "jupyter-data")}
+        proc = subprocess.run(cmd, check=False, cwd=ROOT, env=env, capture_output=True, text=True, timeout=3000)
+        assert proc.returncode == 0, f"pipeline failed:\n{proc.stderr[-6000:]}"
+        return env
+
+    tmp, env = build_once("smoke-run", build)  # once per session, whichever worker asks first
+    run_dir = tmp / "results" / "test-smoke"
     return SmokeRun(run_dir, json.loads((run_dir / "pipeline.json").read_text()), env)
 
 

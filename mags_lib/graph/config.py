@@ -16,6 +16,7 @@ from dataclasses import dataclass, field, fields
 
 __all__ = [
     "DEFAULT_MULTI_VALUED",
+    "DEFAULT_SAME_SLOT",
     "DynamicsConfig",
     "EngramConfig",
     "GraphConfig",
@@ -32,9 +33,29 @@ DEFAULT_MULTI_VALUED: frozenset[str] = frozenset(
         "like", "likes", "love", "loves", "enjoy", "enjoys", "has", "have", "know", "knows",
         "visited", "visit", "visits", "met", "owns", "own", "friend of", "is friend of",
         "related to", "mentions", "include", "includes", "contains", "played", "plays", "uses",
-        "eats", "ate", "eat", "read", "reads", "went to", "attended",
+        "read", "reads", "went to", "attended",
+        # declared multi-valued (issue 12): fears, abilities, pets, siblings, children, friends
+        "are afraid of", "is afraid of", "afraid of", "fear", "fears", "can", "has pet", "have pet",
+        "has sibling", "have sibling", "has child", "has children", "has friend", "has friends",
+        "bought", "buy", "buys", "made", "makes",
     }
 )
+# ``eat`` is single-valued: in the game's worlds a species' diet is a rule ("blorps eat only frozen
+# lemons") that changes, and the generator's ground truth counts a new diet as an update. A second
+# food stated in the same observation never supersedes the first (one observation never supersedes
+# its own facts), and an older statement ingested later is kept as history.
+
+DEFAULT_SAME_SLOT: frozenset[str] = frozenset(
+    {
+        "lives in|live in|moved to|move to|moves to|resides in|relocated to|is living in|lived in|now lives in",
+        "works as|work as|is employed as|job is|works as a|became",
+        "works at|work at|is employed at|works for|work for|joined",
+        "is married to|married|is wife of|is husband of",
+        "eat|eats|ate|feed on|feeds on|diet is",
+    }
+)
+"""Declared schema: relations of one group (``|``-separated) name the same single-valued slot, so
+a new object under one supersedes the object under another ("moved to Boston" / "lives in Denver")."""
 
 
 def coerce_fields(obj) -> None:
@@ -162,6 +183,8 @@ class EngramConfig:
     """Engram (write) step: entity resolution, initial edges, reconciliation, episodes."""
 
     resolve_threshold: float = 0.90  # cosine at/above which an entity is the same node (update/merge)
+    typed_resolution: bool = True  # dates/times/numbers match exactly, short names share words (engram.same_kind)
+    short_name_threshold: float = 0.95  # short names sharing no word merge only at/above this cosine
     init_strength: float = 0.5  # strength of a new fact edge
     init_confidence: float = 0.7  # confidence of a new fact edge
     repeat_gain: float = 0.2  # a repeated fact: strength += repeat_gain * (1 - strength)
@@ -179,7 +202,9 @@ class EngramConfig:
     functional: str = "all"  # "all": every relation but multi_valued; "listed": only functional_relations
     functional_relations: frozenset[str] = frozenset()  # single-valued relations (mode "listed")
     multi_valued_relations: frozenset[str] = DEFAULT_MULTI_VALUED  # never conflicts (mode "all")
+    same_slot_relations: frozenset[str] = DEFAULT_SAME_SLOT  # "a|b|c": relations naming one slot
     conflict_policy: str = "newer"  # "newer": new evidence wins; "stronger": the stronger edge wins
+    time_order: bool = True  # a fact said earlier (episode time) than its rival never supersedes it
     conflict_surprise: float = 1.0  # surprise given to the endpoints of a conflicting fact
     # episodes
     link_episodes: bool = True  # link an episode node to the entities of the facts it produced
@@ -189,6 +214,7 @@ class EngramConfig:
     def __post_init__(self) -> None:
         coerce_fields(self)
         _check_unit("resolve_threshold", self.resolve_threshold, open_low=True)
+        _check_unit("short_name_threshold", self.short_name_threshold, open_low=True)
         _check_unit("init_strength", self.init_strength, open_low=True)
         _check_unit("init_confidence", self.init_confidence, open_low=True)
         _check_unit("repeat_gain", self.repeat_gain)
@@ -208,6 +234,20 @@ class EngramConfig:
         _check_unit("conflict_surprise", self.conflict_surprise)
         _check_unit("episode_link_strength", self.episode_link_strength, open_low=True)
         _check_unit("superseded_episode_confidence", self.superseded_episode_confidence)
+
+    def slot(self, relation_key: str) -> str:
+        """The slot a (normalised) relation writes: its group's first name, or itself."""
+        cache = self.__dict__.get("_slot_cache")
+        if cache is None:
+            from .core import norm_key
+
+            cache = {}
+            for group in sorted(self.same_slot_relations):
+                names = [norm_key(x) for x in group.split("|") if x.strip()]
+                for n in names:
+                    cache.setdefault(n, names[0])
+            object.__setattr__(self, "_slot_cache", cache)
+        return cache.get(relation_key, relation_key)
 
     def is_functional(self, relation_key: str) -> bool:
         """Whether a (normalised) relation holds one object at a time, so a new object supersedes."""

@@ -46,7 +46,7 @@ import numpy as np
 
 from .config import GraphConfig, RecallConfig
 from .index import VectorIndex
-from .model import EngramReport, GraphDiff, MaintainReport, Recall
+from .model import EngramReport, GraphDiff, MaintainReport, Recall, RecallItem
 from .store import (
     EDGE_ARRAYS,
     EDGE_ASSOC,
@@ -422,7 +422,7 @@ class LiquidGraph:
     # ------------------------------------------------------------------------------------------
     # public operations (logged)
     def add_episode(self, text: str, source: str | None = None, time: str | None = None,
-                    importance: float | None = None) -> str:
+                    importance: float | None = None, speaker: str | None = None) -> str:
         """Add an episodic node (one observed input) and return its id.
 
         Parameters
@@ -435,15 +435,73 @@ class LiquidGraph:
             Time stamp of the input, kept as metadata.
         importance : float, optional
             Initial importance in [0, 1] (default ``EngramConfig.init_importance``).
+        speaker : str, optional
+            Who said it, kept as metadata, shown to the reader with the episode and embedded with
+            its text (``"Gina: My dog ..."``), so a query naming the speaker finds the turn.
         """
         text = clean_text(text, "add_episode text")
+        speaker = _clean_speaker(speaker)
         source, time = clean_source(source), clean_time(time)
         importance = None if importance is None else clean_unit(importance, "importance")
         imp = self.config.engram.init_importance if importance is None else importance
-        vec = self._encode([text])[0]
+        vec = self._encode([text if speaker is None else f"{speaker}: {text}"])[0]  # "Gina's dog" finds her turn
         i = self._add_node(text, vec, KIND_EPISODE, importance=imp, surprise=0.0, source=source, time=time)
-        self._log({"op": "add_episode", "text": text, "source": source, "time": time, "importance": importance})
+        op = {"op": "add_episode", "text": text, "source": source, "time": time, "importance": importance}
+        if speaker is not None:  # logs written before speakers existed replay unchanged
+            self.nodes.meta[i]["speaker"] = speaker
+            op["speaker"] = speaker
+        self._log(op)
         return self.node_id(i)
+
+    def episodes(self) -> list[dict]:
+        """Every live episode in observation order: ``id``, ``text``, ``source``, ``time``, ``speaker``.
+
+        Observation order is the episode's ``time`` when every episode has one (ISO strings sort
+        chronologically; ties by id), the order they were added otherwise.
+        """
+        nd = self.nodes
+        rows = np.flatnonzero(nd.alive & (nd.kind == KIND_EPISODE)).tolist()
+        out = [{"id": self.node_id(i), "text": nd.text[i], "source": nd.meta[i].get("source"),
+                "time": nd.meta[i].get("time"), "speaker": nd.meta[i].get("speaker")} for i in rows]
+        if out and all(d["time"] for d in out):
+            out.sort(key=lambda d: d["time"])  # stable: equal times keep id order
+        return out
+
+    def episode_current(self, node_id: str) -> bool | None:
+        """Whether what episode ``node_id`` said still holds: None when no fact came from it, False
+        when every fact it stated was superseded (the reader sees it as "no longer true"), else True."""
+        i = self._idx(node_id)
+        ep = self.node_id(i)
+        ed = self.edges
+        mine = [e for e in np.flatnonzero(ed.alive & (ed.kind == EDGE_FACT)).tolist() if ep in ed.episodes[e]]
+        if not mine:
+            return None
+        return bool(ed.valid[mine].any())
+
+    def search_episodes(self, query: str | Sequence[str], k: int = 10) -> list[RecallItem]:
+        """The ``k`` episodes most similar to the query by cosine, best first (exact search).
+
+        A pure read: nothing is touched, reinforced or logged (static retrieval, the ``rag`` memory
+        mode of :class:`mags_lib.MAGS`). Several queries: each episode keeps its best similarity.
+        """
+        queries = [query] if isinstance(query, str) else list(query)
+        if not queries:
+            raise ValueError("search_episodes needs a query string or a non-empty list of query strings")
+        queries = [clean_text(q, "search query") for q in queries]
+        k = clean_int(k, "k", minimum=1)
+        best: dict[int, float] = {}
+        for rows, sims in self._ep_index.search(self._encode(queries), k, self._emb, exact=True):
+            for r, v in zip(rows.tolist(), sims.tolist()):
+                if v > best.get(r, -np.inf):
+                    best[r] = v
+        ranked = sorted(best.items(), key=lambda rv: (-rv[1], rv[0]))[:k]
+        nd = self.nodes
+        out = []
+        for r, v in ranked:
+            src = nd.meta[r].get("source")
+            out.append(RecallItem(text=nd.text[r], triplet=None, score=float(v), sources=() if src is None else (src,),
+                                  path=(self.node_id(r),), kind="episode", edges=(), node_id=self.node_id(r)))
+        return out
 
     def engram(self, triplets, episode: str | None = None, source: str | None = None, time: str | None = None,
                importance: float | None = None) -> EngramReport:
@@ -601,7 +659,8 @@ class LiquidGraph:
         check_op(op)
         kind = op["op"]
         if kind == "add_episode":
-            self.add_episode(op["text"], source=op["source"], time=op["time"], importance=op.get("importance"))
+            self.add_episode(op["text"], source=op["source"], time=op["time"], importance=op.get("importance"),
+                             speaker=op.get("speaker"))
         elif kind == "engram":
             self.engram([tuple(t) for t in op["triplets"]], episode=op["episode"], source=op["source"],
                         time=op["time"], importance=op.get("importance"))
@@ -884,6 +943,18 @@ def _merged(a: Sequence, b: Iterable) -> list:
     return out
 
 
+def _clean_speaker(speaker) -> str | None:
+    """A speaker name: a non-empty string on one line (whitespace collapsed), or None."""
+    if speaker is None:
+        return None
+    if not isinstance(speaker, str):
+        raise TypeError(f"speaker must be a name (str) or None, got {type(speaker).__name__}")
+    name = " ".join(clean_text(speaker, "speaker", allow_empty=True).split())
+    if not name:
+        raise ValueError("speaker is empty: pass the speaker's name, or None when unknown")
+    return name
+
+
 def _field(x, where: str) -> str:
     if isinstance(x, str):
         return clean_text(x, where, allow_empty=True)
@@ -955,6 +1026,8 @@ def check_op(op: object) -> None:
     imp = op.get("importance")
     if imp is not None and (isinstance(imp, bool) or not isinstance(imp, (int, float))):
         raise ValueError(f"{kind} entry: field 'importance' must be a number or null, got {imp!r:.60}")
+    if kind == "add_episode" and op.get("speaker") is not None and not isinstance(op["speaker"], str):
+        raise ValueError(f"add_episode entry: field 'speaker' must be a string or null, got {op['speaker']!r:.60}")
     if kind == "engram":
         if not all(isinstance(t, list) and len(t) == 3 and all(isinstance(x, str) for x in t) for t in op["triplets"]):
             raise ValueError("engram entry: field 'triplets' must be a list of [subject, relation, object] strings")

@@ -397,7 +397,13 @@ def _merge_similar(g, ents: list[int], threshold: float, keeps: set | None = Non
             x = parent[x]
         return x
 
+    typed = g.config.engram.typed_resolution
+    if typed:
+        from .engram import same_kind
     for a, b in zip(ia.tolist(), ib.tolist()):
+        if typed and not same_kind(nd.text[ents[a]], nd.text[ents[b]], float(sims[a, b]),
+                                   g.config.engram.short_name_threshold):
+            continue  # dates, numbers, short names: never merged by similarity alone
         ra, rb = find(ents[a]), find(ents[b])
         if ra != rb:
             parent[max(ra, rb)] = min(ra, rb)

@@ -4,7 +4,9 @@ For a batch of ``(subject, relation, object)`` triplets:
 
 1. **entity resolution** -- each subject/object text is looked up by normalised text, then by
    embedding similarity among live entities (and the entities created earlier in the same batch);
-   at or above ``EngramConfig.resolve_threshold`` the existing node is updated (access count,
+   at or above ``EngramConfig.resolve_threshold`` -- and, with ``typed_resolution``, only when
+   :func:`same_kind` allows it (dates, times, numbers and quantities must match exactly; short
+   names must share their words, or reach ``short_name_threshold``) -- the existing node is updated (access count,
    alias, importance), otherwise a new node is created in working memory with
    ``surprise = novelty_surprise * (1 - best similarity)`` (novelty; contradictions raise it to
    ``conflict_surprise`` later);
@@ -14,8 +16,13 @@ For a batch of ``(subject, relation, object)`` triplets:
    the cosine says how much there is to share) goes to every neighbour with
    ``sim_j >= gat_min_similarity`` and strength ``>= gat_min_strength``;
 3. **facts** -- a repeated fact is reinforced (``s += repeat_gain * (1 - s)``, provenance merged);
-   a new fact whose relation is functional and whose subject already has a *different* valid
-   object is **reconciled**: with policy ``"newer"`` the old edge is invalidated (``valid=False``,
+   a new fact whose relation is functional (not declared multi-valued) and whose subject already
+   has a *different* valid object under the same slot (the relation itself, or one of its declared
+   paraphrases, ``EngramConfig.same_slot_relations``: "moved to" / "lives in") is **reconciled**,
+   except against facts written by the same observation (one observation never supersedes its own
+   facts: "bought shoes and a red dress"). With ``time_order``, a fact said *before* its rival
+   (the episodes' ISO times) is stored as history (invalid, ``invalidated_by`` the newer fact)
+   instead of superseding it; otherwise the conflict is with policy ``"newer"`` the old edge is invalidated (``valid=False``,
    ``valid_to``, ``invalidated_by`` = the new edge; it leaves the traversable structure but stays
    inspectable through :meth:`LiquidGraph.history`), with ``"stronger"`` the edge with the larger
    ``strength * confidence`` wins and the loser is stored invalid; the episodes that produced a
@@ -37,7 +44,8 @@ from .core import _as_triplets, norm_key
 from .model import EngramReport
 from .store import EDGE_ASSOC, EDGE_FACT, EDGE_MENTION, KIND_ENTITY, KIND_EPISODE
 
-__all__ = ["ASSOC_RELATION", "MENTION_RELATION", "engram", "gat_attention", "reconcile_subject", "supersede"]
+__all__ = ["ASSOC_RELATION", "MENTION_RELATION", "engram", "fact_time", "gat_attention", "reconcile_subject",
+           "same_kind", "supersede", "typed_signature"]
 
 ASSOC_RELATION = "related to"
 _INTRA_MAX = 4096  # new mentions per call up to which their pairwise similarities are one product
@@ -164,6 +172,14 @@ def engram(g, triplets, *, episode: str | None = None, source: str | None = None
                     order = np.lexsort((rows, -sims))[:k_search]
                     rows, sims = rows[order], sims[order]
             best = float(sims[0]) if sims.size else -1.0
+            if best >= thr and cfg.typed_resolution:  # the most similar candidate that may be the same thing
+                ok = [m for m in range(sims.size) if sims[m] >= thr
+                      and same_kind(ent_texts[key], nd.text[int(rows[m])], float(sims[m]), cfg.short_name_threshold)]
+                if ok:
+                    rows, sims = rows[ok[0]:], sims[ok[0]:]
+                    best = float(sims[0])
+                else:
+                    best = min(best, thr - 1e-6)  # a near miss: a new node, novelty from the nearest
             if best >= thr:
                 i = int(rows[0])
                 g._entity_key[key] = i
@@ -192,6 +208,8 @@ def engram(g, triplets, *, episode: str | None = None, source: str | None = None
     # -- facts ----------------------------------------------------------------------------
     tick = g.tick
     n_access, n_last, n_imp = nd.access, nd.last_access, nd.importance  # views; no node is added below
+    call_edges: set[int] = set()  # facts this call wrote: one observation never supersedes its own facts
+    when = _iso_day(nd.meta[ep_idx].get("time") if ep_idx is not None else None) or _iso_day(time)
     entity_key, rel_id = g._entity_key, g._rel_id
     for s, r, o, ks, kr, ko in clean:
         si, oi = entity_key[ks], entity_key[ko]
@@ -216,13 +234,26 @@ def engram(g, triplets, *, episode: str | None = None, source: str | None = None
         else:
             rivals = []
             if cfg.reconcile and cfg.is_functional(kr):
+                slot = cfg.slot(kr)
                 for nb, kd in g.G._succ[si].items():
                     if nb == oi:
                         continue
                     for x in kd:
-                        if ed.rel[x] == rid and ed.kind[x] == EDGE_FACT:
+                        if ed.kind[x] != EDGE_FACT or x in call_edges or (episodes and episodes[0] in ed.episodes[x]):
+                            continue
+                        xr = g._rel_text[ed.rel[x]]
+                        if ed.rel[x] == rid or (cfg.slot(xr) == slot and cfg.is_functional(xr)):
                             rivals.append(int(x))
                 rivals.sort()  # id order, not adjacency order
+            if rivals and cfg.time_order and when is not None:
+                later = [x for x in rivals if (fact_time(g, x) or "") > when]
+                if later:  # said before what memory holds: stored as history, superseded by the newer fact
+                    e = g._add_edge(si, oi, rid, EDGE_FACT, cfg.init_strength, cfg.init_confidence, episodes,
+                                    sources, valid=False)
+                    ed.invalidated_by[e] = max(later, key=lambda x: (fact_time(g, x), x))
+                    rep.rejected_edges.append(e)
+                    call_edges.add(e)
+                    continue
             if rivals and cfg.conflict_policy == "stronger":
                 old_best = max(rivals, key=lambda x: ed.strength[x] * ed.confidence[x])
                 if ed.strength[old_best] * ed.confidence[old_best] > cfg.init_strength * cfg.init_confidence:
@@ -233,6 +264,7 @@ def engram(g, triplets, *, episode: str | None = None, source: str | None = None
                     continue
             e = g._add_edge(si, oi, rid, EDGE_FACT, cfg.init_strength, cfg.init_confidence, episodes, sources)
             rep.new_edges.append(e)
+            call_edges.add(e)
             for x in rivals:
                 supersede(g, x, e, keep_episodes=episodes)
                 rep.invalidated_edges.append(x)
@@ -246,6 +278,99 @@ def engram(g, triplets, *, episode: str | None = None, source: str | None = None
                 g._add_edge(ep_idx, i, mention_rel, EDGE_MENTION, cfg.episode_link_strength, 1.0, episodes, sources)
         nd.last_access[ep_idx] = tick
     return rep
+
+
+_MONTHS = {m: i for i, names in enumerate(
+    [("january", "jan"), ("february", "feb"), ("march", "mar"), ("april", "apr"), ("may",), ("june", "jun"),
+     ("july", "jul"), ("august", "aug"), ("september", "sep", "sept"), ("october", "oct"),
+     ("november", "nov"), ("december", "dec")], start=1) for m in names}
+_DAYS = {d: i for i, names in enumerate([("monday", "mon"), ("tuesday", "tue"), ("wednesday", "wed"),
+                                          ("thursday", "thu"), ("friday", "fri"), ("saturday", "sat"),
+                                          ("sunday", "sun")]) for d in names}
+_ARTICLES = {"a", "an", "the"}
+
+
+def typed_signature(text: str) -> tuple:
+    """What must be equal for two mentions of a date, time, number or quantity to be the same thing.
+
+    Digit runs (as numbers: ``07`` = ``7``), month and weekday names, ``am`` / ``pm``, in order of
+    appearance; empty for a text with none of them.
+
+    >>> typed_signature("8 May 2023"), typed_signature("May 8, 2023")
+    (('n8', 'm5', 'n2023'), ('m5', 'n8', 'n2023'))
+    >>> typed_signature("5 pm"), typed_signature("Caroline")
+    (('n5', 'pm'), ())
+    """
+    import re
+
+    out = []
+    for tok in re.findall(r"\d+(?:\.\d+)?|[a-z]+", text.lower()):
+        if tok[0].isdigit():
+            out.append("n" + (tok.lstrip("0") or "0"))
+        elif tok in _MONTHS:
+            out.append(f"m{_MONTHS[tok]}")
+        elif tok in _DAYS:
+            out.append(f"d{_DAYS[tok]}")
+        elif tok in ("am", "pm"):
+            out.append(tok)
+    return tuple(out)
+
+
+def same_kind(a: str, b: str, similarity: float = 1.0, strict: float = 0.95) -> bool:
+    """Whether mentions ``a`` and ``b`` may name the same entity (checked before an embedding match).
+
+    Dates, times, numbers and quantities are never merged by similarity: their typed signatures
+    (:func:`typed_signature`, as sorted multisets, so "8 May 2023" = "May 8, 2023") must be equal.
+    Short names (at most three words each, articles aside) merge when every word of each matches a
+    word of the other (equal, one a stem of the other, or the same first four letters) -- "blorp" /
+    "blorps", "blue die" / "blue dies", "Teal Bridge" /
+    "the Teal Bridge", but not "Caroline" / "Caroline's son" -- or else only at cosine
+    ``similarity >= strict``:
+    "Caroline's son" / "Caroline's daughter" (about 0.9 with MiniLM) and "Jon" / "John" (0.60)
+    stay apart.
+
+    >>> same_kind("7 May 2023", "8 May 2023"), same_kind("8 May 2023", "May 8, 2023")
+    (False, True)
+    >>> same_kind("Caroline's son", "Caroline's daughter", 0.92), same_kind("blorp", "blorps", 0.94)
+    (False, True)
+    >>> same_kind("Jon", "John", 0.60), same_kind("bob", "robert", 0.96)
+    (False, True)
+    """
+    import re
+
+    if sorted(typed_signature(a)) != sorted(typed_signature(b)):
+        return False
+    def words(t: str) -> list[str]:
+        return [w.lstrip("0") or "0" if w.isdigit() else w for w in re.findall(r"\w+", t.lower())
+                if w not in _ARTICLES]
+
+    wa, wb = words(a), words(b)
+    if len(wa) > 3 or len(wb) > 3 or similarity >= strict - 1e-6:
+        return True
+
+    def match(w: str, ws: list[str]) -> bool:  # equal, a stem of it (die / dies), or the same first 4 letters
+        return any(w == x or (min(len(w), len(x)) >= 3 and (w.startswith(x) or x.startswith(w)))
+                   or (len(w) >= 4 and len(x) >= 4 and w[:4] == x[:4]) for x in ws)
+
+    return bool(wa) and bool(wb) and all(match(w, wb) for w in wa) and all(match(w, wa) for w in wb)
+
+
+def _iso_day(time: str | None) -> str | None:
+    """``YYYY-MM-DD[Thh:mm...]`` of an ISO time stamp (comparable as a string), or None."""
+    import re
+
+    if time and re.match(r"\d{4}-\d{2}-\d{2}", time):
+        return time
+    return None
+
+
+def fact_time(g, e: int) -> str | None:
+    """When fact edge ``e`` was last said: the latest ISO time of the episodes in its provenance."""
+    nd = g.nodes
+    times = [_iso_day(nd.meta[int(x[2:])].get("time")) for x in g.edges.episodes[e] if x.startswith("ep")]
+    times = [t for t in times if t]
+    return max(times) if times else None
+
 
 
 def _with(items: list, x) -> list:

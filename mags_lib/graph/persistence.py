@@ -223,15 +223,15 @@ def _manifest(files: Mapping, where: str) -> dict:
 def _read_checked(files: Mapping, name: str, manifest: dict, where: str) -> bytes:
     info = manifest["files"].get(name)
     if info is None:
-        raise _fail(where, f"manifest does not list {name}: corrupt or foreign save")
+        raise _fail(where, f"manifest.json does not list {name}: corrupt or foreign save")
     try:
         data = files[name]
     except KeyError:
         raise _fail(where, f"file {name} is missing (truncated save)") from None
     if len(data) != info["bytes"]:
-        raise _fail(where, f"{name} has {len(data)} bytes, manifest says {info['bytes']} (truncated)")
+        raise _fail(where, f"{name} has {len(data)} bytes, manifest.json says {info['bytes']} (truncated file or edited manifest)")
     if hashlib.sha256(data).hexdigest() != info["sha256"]:
-        raise _fail(where, f"{name} fails its sha256 check (corrupt file)")
+        raise _fail(where, f"{name} fails its sha256 check against manifest.json (corrupt file or edited manifest)")
     return data
 
 

@@ -9,7 +9,8 @@ through one of these functions first, which either returns a plain Python value 
   lone surrogate (``"caf\\udce9"``, from ``surrogateescape`` decoding) becomes U+FFFD; bytes
   and other types are refused;
 * times -> ISO 8601 strings: ``datetime.date`` / ``datetime`` (``isoformat()``), ``numpy.datetime64``,
-  or a string kept as given;
+  a date in words (LoCoMo's ``"1:56 pm on 8 May, 2023"``, see :func:`parse_session_date`), or any
+  other string kept as given;
 * source ids -> strings (integers, numpy integers included, are converted);
 * numbers -> ``float`` / ``int`` (numpy scalars included), finite, in range;
 * node ids -> the public string id (``"n3"``, ``"ep0"``), numpy integers included.
@@ -23,7 +24,7 @@ import numbers
 
 import numpy as np
 
-__all__ = ["clean_int", "clean_source", "clean_text", "clean_time", "clean_unit"]
+__all__ = ["clean_int", "clean_source", "clean_text", "clean_time", "clean_unit", "parse_session_date"]
 
 
 def clean_text(text: object, name: str = "text", *, allow_empty: bool = False) -> str:
@@ -64,9 +65,37 @@ def clean_time(value: object, name: str = "time") -> str | None:
             raise ValueError(f"{name} is NaT (not a time)")
         return str(np.datetime_as_string(value))
     if isinstance(value, str):
-        return clean_text(value, name, allow_empty=True)
+        text = clean_text(value, name, allow_empty=True)
+        return parse_session_date(text) or text
     raise TypeError(f"{name} must be a date, a datetime or an ISO string like '2023-05-08', "
                     f"got {type(value).__name__}")
+
+
+_SESSION_FORMATS = ("%I:%M %p on %d %B, %Y", "%I:%M %p on %d %b, %Y", "%I:%M %p on %B %d, %Y",
+                    "%d %B, %Y", "%d %B %Y", "%B %d, %Y", "%d %b %Y", "%b %d, %Y")
+
+
+def parse_session_date(text: str) -> str | None:
+    """An ISO string for a conversation's date written in words (LoCoMo's session dates), or None.
+
+    Reads ``"1:56 pm on 8 May, 2023"`` (LoCoMo), ``"8 May 2023"``, ``"May 8, 2023"``; anything else
+    (already ISO, or not a date) gives None and is kept as written by :func:`clean_time`.
+
+    >>> parse_session_date("1:56 pm on 8 May, 2023"), parse_session_date("May 8, 2023")
+    ('2023-05-08T13:56', '2023-05-08')
+    >>> parse_session_date("2023-05-08") is None, parse_session_date("yesterday") is None
+    (True, True)
+    """
+    t = " ".join(text.split())
+    if not t or t[0].isdigit() and "-" in t[:5]:
+        return None
+    for fmt in _SESSION_FORMATS:
+        try:
+            d = _dt.datetime.strptime(t, fmt)
+        except ValueError:
+            continue
+        return d.strftime("%Y-%m-%dT%H:%M") if "%H" in fmt or "%I" in fmt else d.date().isoformat()
+    return None
 
 
 def clean_source(value: object, name: str = "source") -> str | None:
