@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import re
 import time
 from collections.abc import Sequence
@@ -123,6 +124,8 @@ class MAGSConfig:
         from .backends import BACKENDS
         from .graph.config import coerce_fields
 
+        if isinstance(self.models_root, os.PathLike):  # a Path is as good as its string (saved as one)
+            object.__setattr__(self, "models_root", os.fspath(self.models_root))
         coerce_fields(self)  # every int / float / bool / str field has its type (numpy scalars -> Python)
         if self.backend.lower().replace(".", "").replace("_", "") not in BACKENDS + ("hf",):
             raise ValueError(f"backend must be one of {BACKENDS}, got {self.backend!r}")

@@ -244,14 +244,6 @@ def test_units_are_cached_and_recomputed_on_change(tiny, tmp_path, monkeypatch):
     assert len(calls) == 2 * n  # another k: everything recomputed
 
 
-def test_memory_modes_missing_are_reported_as_skipped(tiny):
-    res = E.run_benchmark(tiny, _cfg(qa_systems=("none", "rag"), mags_writes=()), token_counter=len, progress=False)
-    if E.memory_modes_available():
-        pytest.skip("MAGSConfig has memory modes now: they run instead of being skipped")
-    assert any("memory modes ['none', 'rag']" in s and "no `memory` field" in s for s in res.skipped)
-    assert res.qa_rows == []
-
-
 def test_config_checks():
     with pytest.raises(ValueError, match="mags_writes"):
         E.LoCoMoBenchConfig(mags_writes=("triplets",))

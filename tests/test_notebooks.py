@@ -260,7 +260,8 @@ def test_inline_graph_pictures_draw_in_jupyterlab(smoke_run, tmp_path):
     for name in ("40_graph_dynamics", "50_game_evaluation"):  # the notebooks that draw the memory inline
         if (ROOT / "notebooks" / f"{name}.ipynb").exists():
             assert name in stems, f"{name} shows no inline graph picture"
-    selector = ".jp-OutputArea-output iframe"
+    # the shown notebook only: JupyterLab keeps notebooks opened before in the page, hidden
+    selector = ".jp-NotebookPanel:not(.lm-mod-hidden) .jp-OutputArea-output iframe"
     with jupyter_lab(smoke_run.run_dir, smoke_run.env, tmp_path) as (base, token), \
             Chromium(tmp_path / "chromium") as browser:
         for path, counts in pictures.items():

@@ -125,6 +125,11 @@ def test_mags_config_accepts_numpy_ints_as_plain_ints():
     json.dumps(c.to_dict())
 
 
+def test_mags_config_takes_a_path_as_models_root(tmp_path):
+    c = MAGSConfig(embedder="hash", models_root=tmp_path)
+    assert c.models_root == str(tmp_path) and MAGSConfig.from_dict(json.loads(json.dumps(c.to_dict()))) == c
+
+
 @pytest.mark.parametrize("k", ["3", None, 2.5, 0, -1, True])
 def test_recall_k_must_be_a_positive_int(k):
     g = graph()

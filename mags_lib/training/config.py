@@ -209,12 +209,15 @@ def _profile_values(role: str, profile: str) -> dict:
                               max_completion_length=32 if long_out else 16, select_hard=False),
                     n_eval=2, eval_max_new_tokens=32, threads=1)
     if profile == "default":
-        # sized for about half an hour per role on 2 quiet cores (measured figures: README / notebook 20)
-        return dict(sft=dict(max_steps={"ask": 120, "write": 120, "answer": 100}[role], batch_size=8,
+        # Sized to the 90-minute budget for all three roles on 2 quiet cores. Measured (write role, 2 threads,
+        # quiet): a warm-start step of 8 examples is ~2,300 tokens at ~78 tokens/s, 20-38 s; the first sizing
+        # (120 steps) projected ~42 min of warm start per role. A GRPO step of 2 x 4 completions costs about a
+        # warm-start step. Figures per run: models/<role>/<run_tag>/meta.json, README.
+        return dict(sft=dict(max_steps={"ask": 40, "write": 40, "answer": 32}[role], batch_size=8, save_steps=10,
                              n_generated={"ask": 600, "write": 500, "answer": 800}[role]),
-                    grpo=dict(max_steps=20, prompts_per_step=2, num_generations=4,
-                              max_completion_length=128 if long_out else 16, n_prompts=160),
-                    n_eval=200)
+                    grpo=dict(max_steps=10, prompts_per_step=2, num_generations=4, save_steps=5,
+                              max_completion_length=128 if long_out else 16, n_prompts=60),
+                    n_eval=100)
     return dict(sft=dict(max_steps=1200, batch_size=16, n_generated=0, n_seed=-1, learning_rate=3e-4),
                 grpo=dict(max_steps=300, prompts_per_step=4, num_generations=8,
                           max_completion_length=384 if long_out else 24, n_prompts=2000),
@@ -225,7 +228,7 @@ def profile_config(role: str, profile: str = "default", *, seed: int = 0, **over
     """The :class:`TrainConfig` of ``role`` in ``profile``; keyword overrides replace whole fields.
 
     Profiles: ``smoke`` (CI: a few steps of each stage, minutes for all three roles), ``default``
-    (the real CPU run: about half an hour per role on 2 cores), ``full`` (more steps, all the data,
+    (the real CPU run: the three roles in about 90 minutes on 2 quiet cores), ``full`` (more steps, all the data,
     larger groups: GPU welcome).
     """
     if role not in ROLE_NAMES:

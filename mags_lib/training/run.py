@@ -382,7 +382,10 @@ def _trl_common(cfg: TrainConfig, stage_cfg, out: Path, progress: bool, backend:
                 logging_steps=stage_cfg.logging_steps, save_steps=stage_cfg.save_steps,
                 save_total_limit=stage_cfg.save_total_limit, seed=cfg.seed, data_seed=cfg.seed,
                 report_to=[], disable_tqdm=not progress, use_cpu=not cuda, dataloader_num_workers=0,
-                gradient_accumulation_steps=1, optim="adamw_torch", save_only_model=False)
+                gradient_accumulation_steps=1, optim="adamw_torch", save_only_model=False,
+                # TRL turns activation checkpointing on by default: one more forward pass per step to save
+                # memory a 135M model does not need (24 GiB here); Unsloth brings its own.
+                gradient_checkpointing=backend == "unsloth")
 
 
 def _bf16_ok(requested: bool) -> bool:
