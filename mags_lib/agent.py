@@ -473,6 +473,8 @@ class MAGS:
         self.memory_tokens: list[int] = []  # memory tokens per ask, in order
         self.latencies: dict[str, list[float]] = {"observe": [], "ask": []}
         self._turn = 0
+        self.consolidated: Path | None = None  # the answer model's consolidation adapter (mags_lib.consolidation)
+        self._snapshot_adapter: dict[str, Path | None] = {}  # snapshot id -> the adapter it was taken with
 
     # -- construction ----------------------------------------------------------------------------
     @classmethod
@@ -775,7 +777,7 @@ class MAGS:
         facts, used = facts[::-1], used[::-1]
         return facts, (b.count_tokens(P.format_facts(facts)) if facts else 0), used
 
-    def ask(self, question: str, *, time: str | None = None, k: int | None = None) -> Answer:
+    def ask(self, question: str, *, time: str | None = None, k: int | None = None, recall: bool = True) -> Answer:
         """Answer a question from memory: ask model -> recall -> answer model.
 
         Like :meth:`observe`, all or nothing: if a model call fails, the memory (touched by the
@@ -789,6 +791,9 @@ class MAGS:
             given to the models.
         k : int, optional
             Items recalled (default ``config.recall_k``).
+        recall : bool
+            ``False``: closed-book -- no ask model, no recall, an empty memory block; the answer model
+            answers from its weights (with a consolidation adapter, see :meth:`set_consolidated`).
 
         Returns
         -------
@@ -801,6 +806,8 @@ class MAGS:
         t0 = _time.perf_counter()
         question = self._check_text(question)
         c = self.config
+        if not recall:
+            return self._ask_closed_book(question, time, t0)
         k = c.recall_k if k is None else k
         ext = self.extract_many([question], "ask")[0] if c.memory == "graph" else None
         t1 = _time.perf_counter()
@@ -823,12 +830,7 @@ class MAGS:
                 facts, mem_tokens, used_items = [], 0, []
             else:
                 facts, mem_tokens, used_items = self.pack_facts(res.items)
-            spec = self.prompt_spec("answer")
-            prompt = spec.messages(question, facts=facts)
-            gen = self.backend("answer").generate([prompt], max_new_tokens=spec.max_new_tokens,
-                                                  temperature=c.temperature, seed=c.seed,
-                                                  stop=list(spec.stop if c.answer_stop is None
-                                                            else c.answer_stop) or None)[0]
+            gen = self._answer(question, facts)
         t3 = _time.perf_counter()
         self.n_asks += 1
         self.memory_tokens.append(mem_tokens)
@@ -837,6 +839,61 @@ class MAGS:
                       queries=queries, memory_tokens=mem_tokens, extraction=ext,
                       timings={"ask": t1 - t0, "recall": t2 - t1, "answer": t3 - t2}, seconds=t3 - t0,
                       items=used_items, time=time)
+
+    def _answer(self, question: str, facts: list) -> Any:
+        """The answer model's generation for ``question`` over ``facts`` (through the consolidation adapter)."""
+        c = self.config
+        spec = self.prompt_spec("answer")
+        b = self.backend("answer")
+        kw = {"max_new_tokens": spec.max_new_tokens, "temperature": c.temperature, "seed": c.seed,
+              "stop": list(spec.stop if c.answer_stop is None else c.answer_stop) or None}
+        name = self.consolidated_adapter_name()
+        if name is None:
+            return b.generate([spec.messages(question, facts=facts)], **kw)[0]
+        prev = b.active_adapter
+        b.set_adapter(name)  # only around the answer: ask/write/router may share this backend
+        try:
+            return b.generate([spec.messages(question, facts=facts)], **kw)[0]
+        finally:
+            b.set_adapter(prev)
+
+    def consolidated_adapter_name(self) -> str | None:
+        """The answer backend's name for the consolidation adapter in use (loaded on first use), or None."""
+        if self.consolidated is None:
+            return None
+        from .consolidation import runtime_adapter
+
+        b = self.backend("answer")
+        path = str(runtime_adapter(self.consolidated, self.config.backend))
+        name = next((n for n, p in b.adapters.items() if p == path), None)
+        if name is None:
+            name = f"consolidated-{len(b.adapters)}"
+            b.load_adapter(name, path)
+        return name
+
+    def _ask_closed_book(self, question: str, time: str | None, t0: float) -> Answer:
+        import time as _time
+
+        gen = self._answer(question, [])
+        t3 = _time.perf_counter()
+        self.n_asks += 1
+        self.memory_tokens.append(0)
+        self.latencies["ask"].append(t3 - t0)
+        return Answer(question=question, answer=gen.text.strip(), facts=[], trace=None, recall=None, queries=[],
+                      memory_tokens=0, extraction=None, timings={"ask": 0.0, "recall": 0.0, "answer": t3 - t0},
+                      seconds=t3 - t0, time=time, kind="ask_closed_book")
+
+    def set_consolidated(self, adapter: str | Path | None) -> None:
+        """Serve the answer model with a consolidation adapter folder (``None``: the model alone).
+
+        :func:`mags_lib.consolidation.consolidate` calls it; :meth:`rollback` restores the adapter a
+        snapshot was taken with.
+        """
+        if adapter is not None:
+            adapter = Path(adapter)
+            if not (adapter / "adapter_config.json").is_file():
+                raise FileNotFoundError(f"{adapter} is not a PEFT adapter folder (no adapter_config.json)")
+        self.consolidated = adapter
 
     def turn(self, text: str, source: str | None = None, time: str | None = None,
              speaker: str | None = None) -> Observation | Answer:
@@ -874,16 +931,22 @@ class MAGS:
 
     # -- state ---------------------------------------------------------------------------------
     def snapshot(self) -> str:
-        """Snapshot the memory; returns its id for :meth:`rollback`."""
-        return self.graph.snapshot()
+        """Snapshot the memory (and the consolidation adapter in use); returns its id for :meth:`rollback`."""
+        sid = self.graph.snapshot()
+        self._snapshot_adapter[sid] = self.consolidated
+        for old in set(self._snapshot_adapter) - set(self.graph.snapshots):  # dropped by the graph's limits
+            del self._snapshot_adapter[old]
+        return sid
 
     def rollback(self, sid: str) -> None:
-        """Restore the memory to snapshot ``sid``."""
+        """Restore the memory to snapshot ``sid``, and the consolidation adapter it was taken with."""
         self.graph.rollback(sid)
+        self.consolidated = self._snapshot_adapter.get(sid)
 
     def drop_snapshot(self, sid: str) -> None:
         """Free snapshot ``sid`` (``KeyError`` if unknown). ``config.graph.limits`` bounds how many are kept."""
         self.graph.drop_snapshot(sid)
+        self._snapshot_adapter.pop(sid, None)
 
     def save(self, path: str | Path) -> Path:
         """Save memory and configuration to folder ``path`` (``mags.json`` + ``graph/``), crash-safely.
@@ -898,6 +961,8 @@ class MAGS:
         state = {"format": _FORMAT, "version": _FORMAT_VERSION, "config": self.config.to_dict(),
                  "n_observations": self.n_observations, "n_asks": self.n_asks, "turn": self._turn,
                  "memory_tokens": list(self.memory_tokens), "saved_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+        if self.consolidated is not None:  # the adapter stays where it is: the save names it
+            state["consolidated"] = str(self.consolidated.resolve())
         state["checksum"] = atomic.json_checksum(state)
         data = json.dumps(state, indent=1, allow_nan=False).encode("utf-8")
 
@@ -942,6 +1007,8 @@ class MAGS:
         m.n_asks = state["n_asks"]
         m._turn = state["turn"]
         m.memory_tokens = list(state["memory_tokens"])
+        if state.get("consolidated") is not None:
+            m.set_consolidated(state["consolidated"])
         return m
 
     def stats(self) -> dict:

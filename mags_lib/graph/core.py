@@ -603,6 +603,47 @@ class LiquidGraph:
         self._log({"op": "maintain", "steps": steps})
         return rep
 
+    def demote(self, edges: Sequence[int], factor: float = 0.5) -> int:
+        """Weaken live valid fact edges: ``strength *= factor`` and no longer permanent (logged).
+
+        Parametric consolidation (:mod:`mags_lib.consolidation`) uses it for facts a LoRA now holds: the
+        graph keeps them, weaker, so decay and pruning may later remove them. Returns how many changed.
+        """
+        from .dynamics import MIN_STRENGTH
+
+        eids = self._live_edge_ids(edges, "demote")
+        if isinstance(factor, (bool, np.bool_)) or not isinstance(factor, numbers.Real) or not 0 < float(factor) <= 1:
+            raise ValueError(f"factor must be a number in (0, 1], got {factor!r}")
+        ed = self.edges
+        e = np.asarray(eids, dtype=np.int64)
+        if e.size:
+            ed.strength[e] = np.maximum(ed.strength[e] * float(factor), MIN_STRENGTH)
+            ed.permanent[e] = False
+        self._log({"op": "demote", "edges": [int(x) for x in eids], "factor": float(factor)})
+        return int(e.size)
+
+    def forget(self, edges: Sequence[int]) -> int:
+        """Remove live fact edges from the memory (logged); nodes stay. Returns how many were removed.
+
+        Unlike a superseded fact (invalidated, still listed by ``facts(include_invalid=True)``), a
+        forgotten edge is gone from the live memory: parametric consolidation's ``prune`` mode, whose
+        adapter records what it took over (with the sources).
+        """
+        eids = self._live_edge_ids(edges, "forget")
+        n = self._kill_edges(np.asarray(eids, dtype=np.int64))
+        self._log({"op": "forget", "edges": [int(x) for x in eids]})
+        return n
+
+    def _live_edge_ids(self, edges: Sequence[int], what: str) -> list[int]:
+        if isinstance(edges, (str, bytes)) or not isinstance(edges, (Sequence, np.ndarray)):
+            raise TypeError(f"{what} needs a list of edge ids, got {type(edges).__name__}")
+        ids = sorted({clean_int(e, "edges[...]", minimum=0) for e in edges})
+        ed = self.edges
+        bad = [e for e in ids if e >= ed.n]
+        if bad:
+            raise KeyError(f"{what}: no edges {bad} (the graph has {ed.n} edge ids)")
+        return [e for e in ids if ed.alive[e] and ed.valid[e]]
+
     def set_permanent(self, node_id: str, permanent: bool = True) -> None:
         """Pin (or unpin) a node: permanent nodes are never pruned or evicted."""
         i = self._idx(node_id)
@@ -636,6 +677,10 @@ class LiquidGraph:
             self.maintain(steps=op.get("steps"))
         elif kind == "set_permanent":
             self.set_permanent(op["node"], op["permanent"])
+        elif kind == "demote":
+            self.demote(op["edges"], op["factor"])
+        elif kind == "forget":
+            self.forget(op["edges"])
 
     @classmethod
     def replay(cls, oplog: Sequence[dict], embedder, config: GraphConfig | None = None,
@@ -961,6 +1006,8 @@ OPS: dict[str, dict[str, tuple]] = {
     "reinforce": {"edges": (list,), "reward": (int, float)},
     "maintain": {"steps": (list, type(None))},
     "set_permanent": {"node": (str, int), "permanent": (bool,)},
+    "demote": {"edges": (list,), "factor": (int, float)},
+    "forget": {"edges": (list,)},
 }
 """Operation-log entry kinds and the type of each required field."""
 
@@ -997,8 +1044,8 @@ def check_op(op: object) -> None:
         b64 = op.get("query_embeddings_b64")
         if b64 is not None and not isinstance(b64, str):
             raise ValueError("recall entry: field 'query_embeddings_b64' must be a base64 string")
-    if kind == "reinforce" and not all(isinstance(e, int) and not isinstance(e, bool) for e in op["edges"]):
-        raise ValueError("reinforce entry: field 'edges' must be a list of edge ids")
+    if kind in ("reinforce", "demote", "forget") and not all(isinstance(e, int) and not isinstance(e, bool) for e in op["edges"]):
+        raise ValueError(f"{kind} entry: field 'edges' must be a list of edge ids")
     if kind == "maintain" and op["steps"] is not None and not all(isinstance(x, str) for x in op["steps"]):
         raise ValueError("maintain entry: field 'steps' must be a list of step names or null")
 

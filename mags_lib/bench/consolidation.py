@@ -1,0 +1,190 @@
+"""Measure one parametric consolidation (issue 14; notebook ``45_consolidation``).
+
+The memory holds the ground-truth facts of generated game scenarios (creatures, town, dice arena and
+the persona family), engrammed directly into the graph (the write model is measured elsewhere: here
+the question is what consolidation buys once the facts are in memory), each recalled and rewarded a
+few times so that it is solidified and passes the selection. Then, before and after one
+:func:`mags_lib.consolidation.consolidate`:
+
+* closed-book accuracy on the consolidated facts (a question template held out of training), and
+  abstention on questions about what was never consolidated;
+* open-book accuracy (recall + answer model) and memory tokens per query, graph size;
+* facts that change after the consolidation (the scenarios' own updates): the new value is observed,
+  then asked open-book (does recall override the stale adapter?) and closed-book (the stale value);
+* interference: perplexity on a fixed held-out text, the answer role's accuracy on generated reader
+  examples (memory in the prompt), with and without the adapter;
+* wall time and adapter size of the consolidation.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+__all__ = ["HELD_OUT_TEXT", "answer_role_accuracy", "build_memory", "perplexity", "run", "scenario_facts"]
+
+HELD_OUT_TEXT = (
+    "The kettle started to whistle, so she poured the water over the tea leaves and waited a few minutes.",
+    "Trains leave the central station every half hour, and the last one departs shortly before midnight.",
+    "Most plants need sunlight, water and a little soil to grow, although some can live on air alone.",
+    "He forgot his umbrella at home and arrived at the office soaked from head to toe.",
+    "The library closes early on Sundays, so students usually study there on Saturday afternoons.",
+    "A good bread dough should be kneaded until it becomes smooth and springs back when pressed.",
+    "The children built a small wooden boat and watched it drift slowly down the river.",
+    "During the winter months the village is quiet, but in summer it fills with tourists.",
+    "She wrote the numbers on the board and asked the class to add them up without a calculator.",
+    "The old bridge was repaired last year, and cars can cross it again without any limit on weight.",
+)
+"""A fixed held-out text for perplexity: everyday English that no consolidation trains on."""
+
+
+def scenario_facts(profile: str = "default", seed: int = 0, n_scenarios: int | None = None) -> list[dict]:
+    """Facts of generated game scenarios: ``{"subject", "relation", "object", "family", "scenario",
+    "new_object"}`` -- the value first stated, and (``new_object``) the value it changes to, if it does."""
+    from ..game.generate import generate_scenarios, generator_config
+
+    over = {} if n_scenarios is None else {"n_scenarios": n_scenarios}
+    out: list[dict] = []
+    seen: set[tuple[str, str]] = set()
+    for sc in generate_scenarios(generator_config(profile, seed=seed, **over)):
+        chains: dict[tuple[str, str], list] = {}
+        for g in sorted(sc.gold, key=lambda g: g.stated):
+            chains.setdefault((g.subject, g.relation), []).append(g)
+        for (s, r), chain in chains.items():
+            if (s.lower(), r.lower()) in seen:
+                continue
+            seen.add((s.lower(), r.lower()))
+            out.append({"subject": s, "relation": r, "object": chain[0].object, "family": sc.meta.get("family", ""),
+                        "scenario": sc.name,
+                        "new_object": chain[1].object if len(chain) > 1 and chain[1].object != chain[0].object
+                        else None})
+    return out
+
+
+def build_memory(m: Any, facts: Sequence[dict], *, uses: int = 2, note: Callable[[str], None] = print) -> None:
+    """Engram ``facts`` into ``m``'s graph (one source id each) and reward each one's recall ``uses`` times."""
+    from tqdm.auto import tqdm
+
+    g = m.graph
+    for i, f in enumerate(facts):
+        g.engram([(f["subject"], f["relation"], f["object"])], source=f"F{i}")
+    for f in tqdm(facts, desc="rehearse", leave=False):
+        for _ in range(uses):
+            res = g.recall(f"{f['subject']} {f['relation']}", k=4)
+            hit = [i for i, it in enumerate(res.items) if it.triplet
+                   and it.triplet[0].lower() == f["subject"].lower() and it.triplet[1].lower() == f["relation"].lower()]
+            if hit:
+                g.reinforce(res, 1.0, items=hit[:1])
+
+
+def perplexity(m: Any, texts: Sequence[str] = HELD_OUT_TEXT) -> float:
+    """Perplexity of the answer model (with the agent's consolidation adapter, if any) on ``texts``
+    (transformers backend)."""
+    import torch
+
+    b = m.backend("answer")
+    prev = b.active_adapter
+    name = m.consolidated_adapter_name()
+    if name is not None:
+        b.set_adapter(name)
+    try:
+        nll, n = 0.0, 0
+        for t in texts:
+            ids = torch.tensor([b.tokenizer(t)["input_ids"]])
+            with torch.inference_mode():
+                logits = b.model(input_ids=ids).logits[0, :-1].float()
+            nll += float(torch.nn.functional.cross_entropy(logits, ids[0, 1:], reduction="sum"))
+            n += ids.shape[1] - 1
+    finally:
+        b.set_adapter(prev)
+    return math.exp(nll / n)
+
+
+def answer_role_accuracy(m: Any, n: int = 20, seed: int = 0) -> dict:
+    """The answer model's accuracy on ``n`` generated reader examples (question + memory block)."""
+    import numpy as np
+
+    from ..data.answer import ANSWER_KINDS, render_answer
+    from ..data.worlds import generate_world
+    from ..metrics import answer_correct
+
+    rng = np.random.default_rng([seed, 45])
+    kinds = list(ANSWER_KINDS)
+    ok = []
+    for i in range(n):
+        world = generate_world(f"c45-{i}", seed=seed)
+        row = render_answer(world, kinds[i % len(kinds)], rng)
+        gen = m._answer(row["input"], row["memory"])
+        ok.append(bool(answer_correct(gen.text.strip(), row.get("aliases") or [])))
+    return {"accuracy": float(np.mean(ok)) if ok else float("nan"), "n": len(ok)}
+
+
+def _open_book(m: Any, questions: Sequence[dict]) -> dict:
+    from ..metrics import answer_correct
+
+    ok, tokens = [], []
+    for q in questions:
+        a = m.ask(q["question"])
+        ok.append(bool(answer_correct(a.answer, q["aliases"])))
+        tokens.append(a.memory_tokens)
+    return {"accuracy": sum(ok) / len(ok) if ok else float("nan"), "n": len(ok),
+            "memory_tokens_mean": sum(tokens) / len(tokens) if tokens else 0.0}
+
+
+def run(m: Any, facts: Sequence[dict], config: Any, *, root: str | Path, uses: int = 2, n_answer: int = 20,
+        n_open: int = 20, seed: int = 0, note: Callable[[str], None] = print) -> dict:
+    """The whole measurement on agent ``m`` (fresh memory; transformers backend); returns the metrics."""
+    from ..consolidation import closed_book_accuracy, consolidate, eval_questions, select_facts
+
+    out: dict[str, Any] = {"n_facts_in_memory": len(facts)}
+    build_memory(m, facts, uses=uses, note=note)
+    selected = select_facts(m.graph, config)
+    out["n_selected"] = len(selected)
+    questions = eval_questions(selected, config)
+    by_key = {(f["subject"].lower(), f["relation"].lower()): f for f in facts}
+    changed = [q for q in questions if by_key.get((q["subject"].lower(), q["relation"].lower()), {}).get("new_object")]
+    rng_open = questions[:n_open]
+    t = time.perf_counter()
+    before = {"closed_book": closed_book_accuracy(m, questions), "open_book": _open_book(m, rng_open),
+              "graph": m.graph.stats(), "perplexity": perplexity(m),
+              "answer_role": answer_role_accuracy(m, n_answer, seed)}
+    note(f"before: closed-book {before['closed_book']['accuracy']:.2f}, open-book {before['open_book']['accuracy']:.2f}, "
+         f"ppl {before['perplexity']:.2f} ({time.perf_counter() - t:.0f} s)")
+    res = consolidate(m, config, root=root, note=note)
+    out["consolidation"] = res.summary()
+    if res.skipped:
+        out["before"] = before
+        return out
+    negatives = res.negatives_eval
+    after = {"closed_book": closed_book_accuracy(m, questions), "open_book": _open_book(m, rng_open),
+             "negatives": closed_book_accuracy(m, negatives), "graph": m.graph.stats(), "perplexity": perplexity(m),
+             "answer_role": answer_role_accuracy(m, n_answer, seed)}
+    before["negatives"] = None
+    out.update(before=before, after=after)
+    # facts that change after the consolidation: the new value is observed; recall should override the adapter
+    upd_rows = []
+    for q in changed:
+        new = by_key[(q["subject"].lower(), q["relation"].lower())]["new_object"]
+        m.graph.engram([(q["subject"], q["relation"], new)], source="update")
+    for q in changed:
+        new = by_key[(q["subject"].lower(), q["relation"].lower())]["new_object"]
+        a_open = m.ask(q["question"]).answer
+        a_closed = m.ask(q["question"], recall=False).answer
+        from ..metrics import answer_correct
+
+        upd_rows.append({"question": q["question"], "old": q["object"], "new": new, "open_book": a_open,
+                         "closed_book": a_closed, "open_new": answer_correct(a_open, [new]),
+                         "open_old": answer_correct(a_open, [q["object"]]),
+                         "closed_old": answer_correct(a_closed, [q["object"]])})
+    n = len(upd_rows)
+    out["changed"] = {"n": n, "rows": upd_rows,
+                      "open_book_new": sum(r["open_new"] for r in upd_rows) / n if n else None,
+                      "open_book_old": sum(r["open_old"] for r in upd_rows) / n if n else None,
+                      "closed_book_old": sum(r["closed_old"] for r in upd_rows) / n if n else None}
+    # rollback restores the graph and the adapter of the snapshot taken before the consolidation
+    m.rollback(res.previous_snapshot)
+    out["rollback_restores_no_adapter"] = m.consolidated is None
+    return out

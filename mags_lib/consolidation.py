@@ -1,0 +1,520 @@
+"""Parametric consolidation ("sleep"): the memory's solidified facts written into a LoRA of the reader.
+
+The graph is the episodic and working memory; the semantic block's long-term knowledge can also live
+in the weights of the answer model, as a LoRA adapter trained on the facts the graph has solidified.
+One consolidation step on a :class:`~mags_lib.agent.MAGS` memory:
+
+1. **select** the solidified facts (:func:`select_facts`): live, valid, strong, often used, optionally
+   permanent (:class:`ConsolidationConfig` thresholds);
+2. **render** them as training rows of the answer role (:func:`render_examples`): question/answer and
+   statement forms from varied templates (the worlds' own question templates when the relation is one
+   of :mod:`mags_lib.data.templates`, generic ones otherwise) with an **empty memory block** (the
+   closed-book prompt), negatives -- questions about what was not consolidated -- that must answer
+   exactly :data:`mags_lib.protocol.ABSTAIN_ANSWER`, and open-book rehearsals (the fact, or a newer
+   value of it, in the memory block) so that recalled memory keeps overriding the adapter;
+3. **train** a PEFT LoRA for the answer model with the training package's SFT stage
+   (:func:`mags_lib.training.train_stage`: TRL ``SFTTrainer``, loss on the answer tokens only);
+4. **serve** it: the agent's answer model runs with the adapter (:meth:`MAGS.set_consolidated`), and
+   ``MAGS.ask(question, recall=False)`` answers closed-book;
+5. **demote**, **prune** or **keep** the consolidated facts in the graph (logged graph operations
+   :meth:`~mags_lib.graph.LiquidGraph.demote` / :meth:`~mags_lib.graph.LiquidGraph.forget`), then take a
+   snapshot: :meth:`MAGS.rollback` to any snapshot restores the graph *and* the adapter it was taken
+   with (a snapshot from before the consolidation restores the previous adapter, or none).
+
+Adapters are versioned on disk, ``<root>/v<k>/`` (the PEFT adapter, the stage ``meta.json`` and
+``consolidation.json``: the facts with their sources, the snapshot id, the config, wall time, size).
+
+>>> cfg = ConsolidationConfig(min_strength=0.6, after="prune")
+>>> cfg.after, cfg.every_n_observations
+('prune', 0)
+>>> ConsolidationConfig(after="delete")
+Traceback (most recent call last):
+...
+ValueError: after must be one of ('demote', 'prune', 'keep'), got 'delete'
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from . import protocol as P
+
+__all__ = ["AFTER", "ConsolidationConfig", "ConsolidationResult", "Consolidator", "closed_book_accuracy",
+           "consolidate", "eval_questions", "fact_questions", "render_examples", "runtime_adapter",
+           "select_facts"]
+
+AFTER = ("demote", "prune", "keep")
+FORMAT = "mags-consolidation"
+
+_QUESTIONS = ("What does {S} {R}?", "{S} {R} what?", "Tell me what {S} {R}.", "Do you know what {S} {R}?")
+_STATEMENTS = ("Complete the fact: {S} {R} ...", "What do you remember about {S}?")
+
+
+def _f(default: Any, help: str) -> Any:
+    if isinstance(default, (list, dict)):
+        return field(default_factory=lambda d=default: type(d)(d), metadata={"help": help})
+    return field(default=default, metadata={"help": help})
+
+
+@dataclass(frozen=True)
+class ConsolidationConfig:
+    """What a consolidation selects, how it renders and trains, and what the graph does afterwards."""
+
+    # selection
+    require_permanent: bool = _f(False, "select only permanent (solidified) fact edges")
+    min_strength: float = _f(0.5, "select facts whose edge strength is at least this (0..1]")
+    min_uses: int = _f(1, "select facts used (rewarded recalls, repeated statements) at least this often")
+    valid_only: bool = _f(True, "select only facts still valid (superseded ones never); False is refused")
+    max_facts: int = _f(200, "most facts per consolidation (the strongest first)")
+    # schedule
+    every_n_observations: int = _f(0, "Consolidator.observe consolidates every N observations (0: on demand only)")
+    # rendering
+    questions_per_fact: int = _f(3, "question/answer training rows per fact (templates without repeats)")
+    statements_per_fact: int = _f(1, "statement-form training rows per fact (0: none)")
+    question_templates: tuple[str, ...] = _f(_QUESTIONS, "generic question templates ({S} subject, {R} relation) "
+                                                         "for relations without world templates")
+    statement_templates: tuple[str, ...] = _f(_STATEMENTS, "statement-form prompts: a completion ('{S} {R} ...' "
+                                                           "-> object) and a recollection (all facts of {S})")
+    world_templates: bool = _f(True, "use mags_lib.data.templates' questions for relations it knows")
+    holdout_template: bool = _f(True, "keep one question template per relation out of training (evaluation "
+                                      "asks with it: paraphrase, not memorised string)")
+    negatives_ratio: float = _f(0.5, "abstention rows per positive row: questions about what was not "
+                                     "consolidated, answered with the 'not in memory' string")
+    open_book_ratio: float = _f(0.25, "open-book rehearsal rows per fact (the fact, or a newer value, in the memory "
+                                      "block): recalled memory keeps overriding the adapter")
+    # LoRA and training (the SFT stage of mags_lib.training)
+    lora_r: int = _f(16, "LoRA rank")
+    lora_alpha: int = _f(32, "LoRA alpha")
+    target_modules: tuple[str, ...] = _f(("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj",
+                                          "down_proj"), "linear layers that get the adapter")
+    max_steps: int = _f(60, "optimizer steps")
+    batch_size: int = _f(8, "rows per step")
+    learning_rate: float = _f(1e-3, "peak learning rate")
+    max_length: int = _f(256, "longest row in tokens (prompt + answer); longer rows are dropped")
+    threads: int | None = _f(1, "torch threads while training (1 is fastest on a shared machine)")
+    # afterwards
+    after: str = _f("demote", "what the graph does with consolidated facts: demote | prune | keep")
+    demote_factor: float = _f(0.5, "demote: strength *= this factor (and no longer permanent)")
+    seed: int = _f(0, "one seed: template choice, negatives, data order, LoRA init")
+
+    def __post_init__(self) -> None:
+        for name in ("min_uses", "every_n_observations", "statements_per_fact"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+                raise ValueError(f"{name} must be an int >= 0, got {v!r}")
+        for name in ("max_facts", "questions_per_fact", "lora_r", "lora_alpha", "max_steps", "batch_size",
+                     "max_length"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise ValueError(f"{name} must be an int >= 1, got {v!r}")
+        if not isinstance(self.min_strength, (int, float)) or not 0 <= self.min_strength <= 1:
+            raise ValueError(f"min_strength must be in [0, 1] (edge strengths are in (0, 1]), got {self.min_strength!r}")
+        if self.valid_only is not True:
+            raise ValueError("valid_only must be True: a superseded fact must never be written into the weights")
+        for name in ("negatives_ratio", "open_book_ratio"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v <= 4:
+                raise ValueError(f"{name} must be a number in [0, 4], got {v!r}")
+        if not 0 < self.learning_rate < 1:
+            raise ValueError(f"learning_rate must be in (0, 1), got {self.learning_rate!r}")
+        if self.threads is not None and (not isinstance(self.threads, int) or self.threads < 1):
+            raise ValueError(f"threads must be None or an int >= 1, got {self.threads!r}")
+        if self.after not in AFTER:
+            raise ValueError(f"after must be one of {AFTER}, got {self.after!r}")
+        if not isinstance(self.demote_factor, (int, float)) or not 0 < self.demote_factor <= 1:
+            raise ValueError(f"demote_factor must be in (0, 1], got {self.demote_factor!r}")
+        for name in ("question_templates", "statement_templates", "target_modules"):
+            v = getattr(self, name)
+            if isinstance(v, str) or not isinstance(v, (list, tuple)):
+                raise TypeError(f"{name} must be a sequence of strings, got {type(v).__name__}")
+            object.__setattr__(self, name, tuple(v))
+        if not self.question_templates or not self.target_modules:
+            raise ValueError("question_templates and target_modules must not be empty")
+        for t in self.question_templates + self.statement_templates:
+            if not isinstance(t, str) or "{S}" not in t:
+                raise ValueError(f"template {t!r} must be a string with a {{S}} (subject) placeholder")
+            try:
+                t.format(S="s", R="r")
+            except (KeyError, IndexError, ValueError) as exc:
+                raise ValueError(f"template {t!r} may only use {{S}} and {{R}}: {exc}") from None
+        if self.statements_per_fact > len(self.statement_templates):
+            raise ValueError(f"statements_per_fact={self.statements_per_fact} needs as many statement_templates, "
+                             f"got {len(self.statement_templates)}")
+
+    def to_dict(self) -> dict:
+        d = dataclasses.asdict(self)
+        return {k: list(v) if isinstance(v, tuple) else v for k, v in d.items()}
+
+
+# ------------------------------------------------------------------------------------------------
+# selection
+def select_facts(graph: Any, config: ConsolidationConfig | None = None) -> list[dict]:
+    """The solidified facts of ``graph``: live, valid, strong and used enough, strongest first.
+
+    Parameters
+    ----------
+    graph : LiquidGraph
+    config : ConsolidationConfig, optional
+
+    Returns
+    -------
+    list of dict
+        Edge dicts (:meth:`LiquidGraph.edge`), at most ``config.max_facts``, by decreasing strength
+        then uses then edge id.
+    """
+    cfg = config or ConsolidationConfig()
+    out = [f for f in graph.facts()
+           if f["strength"] >= cfg.min_strength and f["uses"] >= cfg.min_uses
+           and (f["permanent"] or not cfg.require_permanent)]
+    out.sort(key=lambda f: (-f["strength"], -f["uses"], f["id"]))
+    return out[: cfg.max_facts]
+
+
+# ------------------------------------------------------------------------------------------------
+# rendering
+def _norm(text: str) -> str:
+    return " ".join(str(text).lower().split())
+
+
+def _world_relation(label: str):
+    """The :class:`mags_lib.data.templates.Relation` whose gold label is ``label`` (None: unknown)."""
+    from .data.templates import RELATIONS
+
+    key = _norm(label)
+    for rel in RELATIONS:
+        if _norm(rel.label) == key:
+            return rel
+    return None
+
+
+def _fill(template: str, s: str, r: str) -> str:
+    from .data.templates import sentence_case
+
+    text = template.format(S=s, R=r)
+    return sentence_case(re.sub(r"\s+([?.!,])", r"\1", " ".join(text.split())))
+
+
+def fact_questions(subject: str, relation: str, config: ConsolidationConfig | None = None) -> list[str]:
+    """Every question template for ``(subject, relation)``, filled: the world's own for a known relation
+    (when ``config.world_templates``), else the generic ``config.question_templates``.
+
+    >>> fact_questions("blorps", "eat")[:2]
+    ['What do blorps eat?', 'What is the diet of blorps?']
+    >>> fact_questions("Zarn", "guards")[0]
+    'What does Zarn guards?'
+    """
+    cfg = config or ConsolidationConfig()
+    rel = _world_relation(relation) if cfg.world_templates else None
+    templates = rel.questions if rel is not None else cfg.question_templates
+    return list(dict.fromkeys(_fill(t, subject, relation) for t in templates))
+
+
+def _split_questions(qs: list[str], cfg: ConsolidationConfig) -> tuple[list[str], str]:
+    """Training questions and the evaluation one (the held-out last template when there are >= 2)."""
+    if cfg.holdout_template and len(qs) >= 2:
+        return qs[:-1], qs[-1]
+    return qs, qs[-1]
+
+
+def eval_questions(facts: Sequence[dict], config: ConsolidationConfig | None = None) -> list[dict]:
+    """One evaluation question per fact (the held-out template when ``holdout_template``):
+    ``{"question", "aliases", "subject", "relation", "object", "edge"}``."""
+    cfg = config or ConsolidationConfig()
+    out = []
+    for f in facts:
+        _, q = _split_questions(fact_questions(f["subject"], f["relation"], cfg), cfg)
+        out.append({"question": q, "aliases": [f["object"]], "subject": f["subject"], "relation": f["relation"],
+                    "object": f["object"], "edge": f.get("id")})
+    return out
+
+
+def _negative_pairs(facts: Sequence[dict], others: Sequence[dict], rng) -> list[tuple[str, str]]:
+    """(subject, relation) pairs the adapter must not claim to know: a consolidated subject with a relation
+    it does not have, and the graph's facts that were not consolidated."""
+    have = {(_norm(f["subject"]), _norm(f["relation"])) for f in facts}
+    subjects = list(dict.fromkeys(f["subject"] for f in facts))
+    relations = list(dict.fromkeys(f["relation"] for f in list(facts) + list(others)))
+    cross = [(s, r) for s in subjects for r in relations if (_norm(s), _norm(r)) not in have]
+    rest = [(f["subject"], f["relation"]) for f in others if (_norm(f["subject"]), _norm(f["relation"])) not in have]
+    # alternate the two sources, each shuffled: the graph's other facts are the likeliest confusions
+    a = [rest[i] for i in rng.permutation(len(rest))] if rest else []
+    b = [cross[i] for i in rng.permutation(len(cross))] if cross else []
+    mixed = [p for pair in zip(a, b) for p in pair] + a[len(b):] + b[len(a):]
+    return list(dict.fromkeys(mixed))
+
+
+def render_examples(facts: Sequence[dict], config: ConsolidationConfig | None = None, *,
+                    others: Sequence[dict] = (), seed: int | None = None) -> dict:
+    """Training rows of the answer role for consolidating ``facts``.
+
+    Parameters
+    ----------
+    facts : list of dict
+        The selected facts (edge dicts with ``subject``, ``relation``, ``object``, ``id``).
+    others : list of dict
+        Live facts that are *not* consolidated: their questions become negatives (closed-book, they
+        are not known; the graph answers them).
+    seed : int, optional
+        Default ``config.seed``.
+
+    Returns
+    -------
+    dict
+        ``{"rows": [...], "eval": [...], "negatives_eval": [...]}``. A row has ``id``, ``kind``
+        (``question``, ``statement``, ``recollection``, ``negative``, ``open_book``), ``input``,
+        ``response`` and ``memory`` (empty for closed-book rows). ``eval`` holds one held-out question
+        per fact (:func:`eval_questions`); ``negatives_eval`` questions about pairs that no training
+        row used, whose answer is the abstention.
+    """
+    import numpy as np
+
+    cfg = config or ConsolidationConfig()
+    rng = np.random.default_rng([cfg.seed if seed is None else seed, 14])
+    rows: list[dict] = []
+
+    def add(kind: str, question: str, response: str, memory: list | None = None) -> None:
+        rows.append({"id": f"c{len(rows)}", "kind": kind, "input": question, "response": response,
+                     "memory": memory or []})
+
+    by_subject: dict[str, list[dict]] = {}
+    for f in facts:
+        by_subject.setdefault(f["subject"], []).append(f)
+    for f in facts:
+        train_qs, _ = _split_questions(fact_questions(f["subject"], f["relation"], cfg), cfg)
+        pick = rng.permutation(len(train_qs))[: cfg.questions_per_fact]
+        for i in pick:
+            add("question", train_qs[int(i)], f["object"])
+        for t in cfg.statement_templates[: cfg.statements_per_fact]:
+            q = _fill(t, f["subject"], f["relation"])
+            if "{R}" in t:
+                add("statement", q, f["object"])
+            else:  # a recollection: every consolidated fact about the subject
+                add("recollection", q, "; ".join(f"{g['subject']} {g['relation']} {g['object']}"
+                                                 for g in by_subject[f["subject"]]))
+    rows = [r for i, r in enumerate(rows) if r["kind"] != "recollection"
+            or r["input"] not in {x["input"] for x in rows[:i]}]  # one recollection per subject
+    n_pos = len(rows)
+    pairs = _negative_pairs(facts, others, rng)
+    n_neg = min(len(pairs), int(round(cfg.negatives_ratio * n_pos)))
+    n_eval_neg = min(len(pairs) - n_neg, max(1, len(facts) // 2)) if pairs else 0
+    for s, r in pairs[:n_neg]:
+        qs = fact_questions(s, r, cfg)
+        add("negative", qs[int(rng.integers(len(qs)))], P.ABSTAIN_ANSWER)
+    neg_eval = []
+    for s, r in pairs[n_neg:n_neg + n_eval_neg]:
+        qs = fact_questions(s, r, cfg)
+        neg_eval.append({"question": qs[-1], "aliases": [], "subject": s, "relation": r, "object": None,
+                         "edge": None})
+    # open-book rehearsal: recalled memory wins, whether it repeats the consolidated value or holds a newer one
+    n_open = int(round(cfg.open_book_ratio * len(facts)))
+    if n_open and facts:
+        values: dict[str, list[str]] = {}
+        for f in list(facts) + list(others):
+            values.setdefault(_norm(f["relation"]), []).append(f["object"])
+        for j in rng.permutation(len(facts))[:n_open]:
+            f = facts[int(j)]
+            train_qs, _ = _split_questions(fact_questions(f["subject"], f["relation"], cfg), cfg)
+            alt = [v for v in dict.fromkeys(values[_norm(f["relation"])]) if _norm(v) != _norm(f["object"])]
+            value = alt[int(rng.integers(len(alt)))] if alt and rng.random() < 0.5 else f["object"]
+            memory = [{"text": f"{f['subject']} {f['relation']} {value}", "time": None, "current": None,
+                       "speaker": None}]
+            others_mem = [g for g in facts if g is not f]
+            for k in rng.permutation(len(others_mem))[: int(rng.integers(0, 3))]:
+                g = others_mem[int(k)]
+                memory.append({"text": f"{g['subject']} {g['relation']} {g['object']}", "time": None,
+                               "current": None, "speaker": None})
+            order = rng.permutation(len(memory))
+            add("open_book", train_qs[int(rng.integers(len(train_qs)))], value, [memory[int(i)] for i in order])
+    order = rng.permutation(len(rows))
+    return {"rows": [rows[int(i)] for i in order], "eval": eval_questions(facts, cfg), "negatives_eval": neg_eval}
+
+
+# ------------------------------------------------------------------------------------------------
+# adapters at run time
+def runtime_adapter(adapter_dir: str | Path, backend: str) -> Path:
+    """What ``backend`` loads for a consolidation adapter: the PEFT folder (transformers) or its GGUF
+    LoRA (llama.cpp; exported once into ``<adapter_dir>/gguf/`` by :mod:`mags_lib.export`)."""
+    adapter_dir = Path(adapter_dir)
+    if not (adapter_dir / "adapter_config.json").is_file():
+        raise FileNotFoundError(f"{adapter_dir} is not a consolidation adapter (no adapter_config.json): it was "
+                                "moved or deleted; roll back to a snapshot whose adapter exists, or consolidate again")
+    name = backend.lower().replace(".", "").replace("_", "")
+    if name in ("transformers", "hf"):
+        return adapter_dir
+    if name == "llamacpp":
+        from .export import ExportConfig, export_adapter
+
+        manifest = export_adapter(adapter_dir, adapter_dir / "gguf", ExportConfig(variants=("lora",),
+                                  verify_tokenizer=False, default="lora"), progress=False)
+        return adapter_dir / "gguf" / manifest["files"]["lora"]["file"]
+    raise ValueError(f"consolidation adapters run on the transformers or llama.cpp backends, not {backend!r}")
+
+
+# ------------------------------------------------------------------------------------------------
+@dataclass
+class ConsolidationResult:
+    """What one :func:`consolidate` did."""
+
+    version: int | None
+    adapter: Path | None
+    snapshot: str | None
+    previous_snapshot: str
+    facts: list[dict]
+    n_rows: dict[str, int]
+    seconds: float
+    train_seconds: float
+    adapter_bytes: int
+    graph_changed: int
+    eval: list[dict] = field(default_factory=list)
+    negatives_eval: list[dict] = field(default_factory=list)
+    skipped: str | None = None
+
+    def summary(self) -> dict:
+        return {"version": self.version, "adapter": None if self.adapter is None else str(self.adapter),
+                "snapshot": self.snapshot, "previous_snapshot": self.previous_snapshot,
+                "n_facts": len(self.facts), "n_rows": self.n_rows, "seconds": round(self.seconds, 2),
+                "train_seconds": round(self.train_seconds, 2), "adapter_bytes": self.adapter_bytes,
+                "graph_changed": self.graph_changed, "skipped": self.skipped}
+
+
+def _next_version(root: Path) -> int:
+    vs = [int(p.name[1:]) for p in root.glob("v*") if p.is_dir() and p.name[1:].isdigit()]
+    return max(vs, default=0) + 1
+
+
+def _dir_bytes(folder: Path) -> int:
+    return sum(p.stat().st_size for p in folder.glob("adapter_model.*") if p.is_file())
+
+
+def consolidate(m: Any, config: ConsolidationConfig | None = None, *, root: str | Path,
+                progress: bool = False, note: Callable[[str], None] = print) -> ConsolidationResult:
+    """One consolidation of agent ``m``'s memory into a new LoRA of its answer model (see module docstring).
+
+    Parameters
+    ----------
+    m : MAGS
+        Its answer model must be the embedded base model (the adapter is trained on it).
+    config : ConsolidationConfig, optional
+    root : str or Path
+        Folder of the adapter versions (``<root>/v<k>/``).
+    progress : bool
+        Show the trainer's progress bar.
+
+    Returns
+    -------
+    ConsolidationResult
+        With ``snapshot``: the snapshot taken after the graph was demoted / pruned, which
+        :meth:`MAGS.rollback` restores together with this adapter; ``previous_snapshot``: the one taken
+        before (rolling back to it restores the previous adapter and the facts as they were).
+        When no fact qualifies nothing is trained (``skipped`` says why; the memory is unchanged).
+    """
+    from .models import base_model_dir
+    from .training import LoraSpec, SFTConfig, TrainConfig, train_stage
+    from .training.run import rows_hash
+
+    cfg = config or ConsolidationConfig()
+    t0 = time.perf_counter()
+    if m.model_paths.get("answer") is not None:
+        raise ValueError(f"consolidation trains a LoRA on the embedded base answer model; this agent's answer "
+                         f"model is {m.model_paths['answer']}: use answer_model=None (stacking a consolidation "
+                         "adapter on a trained answer adapter is not supported)")
+    root = Path(root)
+    facts = select_facts(m.graph, cfg)
+    before = m.snapshot()
+    if not facts:
+        return ConsolidationResult(None, None, None, before, [], {}, time.perf_counter() - t0, 0.0, 0, 0,
+                                   skipped=f"no fact passes the selection (min_strength={cfg.min_strength}, "
+                                           f"min_uses={cfg.min_uses}, require_permanent={cfg.require_permanent})")
+    chosen = {f["id"] for f in facts}
+    others = [f for f in m.graph.facts() if f["id"] not in chosen]
+    data = render_examples(facts, cfg, others=others)
+    rows = data["rows"]
+    version = _next_version(root)
+    folder = root / f"v{version}"
+    tcfg = TrainConfig(role="answer", profile="default", seed=cfg.seed,
+                       lora=LoraSpec(r=cfg.lora_r, alpha=cfg.lora_alpha, target_modules=cfg.target_modules),
+                       sft=SFTConfig(max_steps=cfg.max_steps, batch_size=cfg.batch_size,
+                                     learning_rate=cfg.learning_rate, max_length=cfg.max_length, n_generated=0,
+                                     save_steps=max(cfg.max_steps, 1), save_total_limit=1, warmup_ratio=0.0,
+                                     group_by_length=False),
+                       grpo=None, n_eval=0, threads=cfg.threads)
+    prompt = m.prompt_spec("answer")
+    t_train = time.perf_counter()
+    res = train_stage("sft", tcfg, rows, folder, base_dir=base_model_dir(m.config.models_root), prompt=prompt,
+                      data_hashes={"consolidation": rows_hash(rows)}, progress=progress, note=note)
+    train_seconds = time.perf_counter() - t_train
+    import shutil
+
+    shutil.rmtree(folder / "checkpoints", ignore_errors=True)  # a finished adapter needs no resume point
+    eids = sorted(chosen)
+    with m.graph.transaction():
+        if cfg.after == "demote":
+            changed = m.graph.demote(eids, cfg.demote_factor)
+        elif cfg.after == "prune":
+            changed = m.graph.forget(eids)
+        else:
+            changed = 0
+    m.set_consolidated(folder)
+    after = m.snapshot()
+    kinds: dict[str, int] = {}
+    for r in rows:
+        kinds[r["kind"]] = kinds.get(r["kind"], 0) + 1
+    result = ConsolidationResult(version, folder, after, before, facts, kinds, time.perf_counter() - t0,
+                                 train_seconds, _dir_bytes(folder), changed, data["eval"], data["negatives_eval"])
+    from . import repro
+
+    record = {"format": FORMAT, "version": version, "config": cfg.to_dict(), "prompt": prompt.to_dict(),
+              "facts": [{k: f[k] for k in ("id", "subject", "relation", "object", "strength", "uses", "sources")}
+                        for f in facts], "eval": data["eval"], "negatives_eval": data["negatives_eval"],
+              "train_metrics": res.metrics, **result.summary(), "git_sha": repro.git_sha(),
+              "written_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+    repro.atomic_write_text(folder / "consolidation.json", json.dumps(record, indent=1, default=str))
+    return result
+
+
+class Consolidator:
+    """Consolidation on a schedule: ``observe`` through it, and every ``config.every_n_observations``
+    observations it consolidates (``step()`` consolidates on demand)."""
+
+    def __init__(self, m: Any, config: ConsolidationConfig | None = None, *, root: str | Path,
+                 note: Callable[[str], None] = print) -> None:
+        self.m, self.config, self.root, self.note = m, config or ConsolidationConfig(), Path(root), note
+        self.last_at = m.n_observations
+        self.results: list[ConsolidationResult] = []
+
+    @property
+    def due(self) -> bool:
+        n = self.config.every_n_observations
+        return bool(n) and self.m.n_observations - self.last_at >= n
+
+    def step(self) -> ConsolidationResult:
+        res = consolidate(self.m, self.config, root=self.root, note=self.note)
+        self.last_at = self.m.n_observations
+        self.results.append(res)
+        return res
+
+    def observe(self, text: str, **kw: Any) -> Any:
+        obs = self.m.observe(text, **kw)
+        if self.due:
+            self.step()
+        return obs
+
+
+def closed_book_accuracy(m: Any, questions: Sequence[dict], *, recall: bool = False) -> dict:
+    """Accuracy of ``m.ask(q, recall=recall)`` on questions ``{"question", "aliases"}`` (empty aliases: the
+    answer must abstain), with the answers."""
+    from .metrics import answer_correct
+
+    answers, ok = [], []
+    for q in questions:
+        a = m.ask(q["question"], recall=recall).answer
+        answers.append(a)
+        ok.append(bool(answer_correct(a, q["aliases"])))
+    return {"accuracy": sum(ok) / len(ok) if ok else float("nan"), "n": len(ok), "answers": answers, "correct": ok}

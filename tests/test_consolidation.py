@@ -1,0 +1,237 @@
+"""Parametric consolidation (issue 14): selection, rendering, the graph's demote / forget operations,
+the adapter versioned with the snapshots, and one tiny real consolidation of SmolLM2 on the CPU.
+
+The fast tests use the hash embedder and never load a language model. The real consolidation
+(``slow``) trains a LoRA on a handful of invented facts that the base model cannot know, and checks
+that closed-book accuracy on them rises above the base model's, and that rolling back restores the
+previous (no) adapter and so the base model's answers.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from mags_lib import MAGS
+from mags_lib import protocol as P
+from mags_lib.agent import MAGSConfig
+from mags_lib.consolidation import (
+    ConsolidationConfig,
+    Consolidator,
+    closed_book_accuracy,
+    consolidate,
+    fact_questions,
+    render_examples,
+    select_facts,
+)
+from mags_lib.embed import HashEmbedder
+from mags_lib.graph import LiquidGraph
+
+FACTS = [("Blorps", "eat", "frozen lemons"), ("Quindles", "live in", "Teal Bridge"),
+         ("Snarfs", "are afraid of", "purple umbrellas"), ("Zarnok", "guards", "the Moon Gate")]
+
+
+def _graph(facts=FACTS) -> LiquidGraph:
+    g = LiquidGraph(HashEmbedder(dim=64), seed=0)
+    for i, t in enumerate(facts):
+        g.engram([t], source=f"S{i}")
+    return g
+
+
+def _use(g: LiquidGraph, subject: str, times: int) -> None:
+    """Reward the recall of ``subject``'s facts ``times`` times (strength and uses rise)."""
+    for _ in range(times):
+        res = g.recall(subject, k=4)
+        items = [i for i, it in enumerate(res.items) if it.triplet and it.triplet[0] == subject]
+        g.reinforce(res, 1.0, items=items)
+
+
+# ------------------------------------------------------------------------------------------------
+# configuration
+@pytest.mark.parametrize("kw, word", [
+    ({"after": "delete"}, "after"),                      # not demote | prune | keep
+    ({"min_strength": 1.5}, "min_strength"),             # strengths are in (0, 1]
+    ({"min_uses": -1}, "min_uses"),
+    ({"max_steps": 0}, "max_steps"),
+    ({"negatives_ratio": -0.1}, "negatives_ratio"),
+    ({"demote_factor": 0.0}, "demote_factor"),           # 0 would zero the edge
+    ({"valid_only": False}, "superseded"),               # never consolidate a superseded fact
+    ({"question_templates": ("What is {X}?",)}, "{S}"),  # a template needs the subject
+    ({"question_templates": ("What {S} {Q}?",)}, "only use"),
+    ({"statements_per_fact": 3}, "statement_templates"),
+    ({"threads": 0}, "threads"),
+    ({"every_n_observations": True}, "every_n_observations"),  # a bool is not a count
+])
+def test_bad_config_values_are_clear_errors(kw, word):
+    with pytest.raises(ValueError, match=word.replace("{", r"\{").replace("}", r"\}")):
+        ConsolidationConfig(**kw)
+
+
+def test_config_to_dict_is_json():
+    d = ConsolidationConfig().to_dict()
+    assert json.loads(json.dumps(d)) == d and d["after"] == "demote"
+
+
+# ------------------------------------------------------------------------------------------------
+# selection and rendering
+def test_select_facts_applies_the_thresholds():
+    g = _graph()
+    _use(g, "Blorps", 4)
+    _use(g, "Quindles", 1)
+    by_subject = {f["subject"]: f for f in g.facts()}
+    assert by_subject["Blorps"]["uses"] >= 4 and by_subject["Snarfs"]["uses"] < by_subject["Quindles"]["uses"]
+    picked = select_facts(g, ConsolidationConfig(min_strength=0.0, min_uses=by_subject["Quindles"]["uses"]))
+    assert [f["subject"] for f in picked] == ["Blorps", "Quindles"]  # strongest first
+    strong = ConsolidationConfig(min_strength=by_subject["Blorps"]["strength"], min_uses=0)
+    assert [f["subject"] for f in select_facts(g, strong)] == ["Blorps"]
+    assert select_facts(g, ConsolidationConfig(min_strength=0.0, min_uses=0, require_permanent=True)) == []
+    assert len(select_facts(g, ConsolidationConfig(min_strength=0.0, min_uses=0, max_facts=2))) == 2
+
+
+def test_superseded_facts_are_never_selected():
+    g = _graph([("Blorps", "live in", "copper caves")])
+    g.engram([("Blorps", "live in", "Teal Marsh")], source="S9")  # one home at a time: the caves are superseded
+    assert len(g.facts(include_invalid=True)) == 2
+    objs = [f["object"] for f in select_facts(g, ConsolidationConfig(min_strength=0.0, min_uses=0))]
+    assert objs == ["Teal Marsh"]
+
+
+def test_render_examples_forms_negatives_and_held_out_question():
+    g = _graph()
+    facts = select_facts(g, ConsolidationConfig(min_strength=0.0, min_uses=0))[:3]
+    others = [f for f in g.facts() if f["id"] not in {x["id"] for x in facts}]
+    cfg = ConsolidationConfig(questions_per_fact=2, statements_per_fact=2, negatives_ratio=0.5, open_book_ratio=1.0)
+    data = render_examples(facts, cfg, others=others)
+    rows = data["rows"]
+    kinds = {r["kind"] for r in rows}
+    assert kinds == {"question", "statement", "recollection", "negative", "open_book"}
+    inputs = {r["input"] for r in rows if not r["memory"]}
+    for ev in data["eval"]:  # evaluation asks with a template no training row used
+        assert ev["question"] not in inputs and ev["aliases"] == [ev["object"]]
+    known = {(f["subject"], f["relation"]) for f in facts}
+    for r in rows:
+        if r["kind"] == "negative":
+            assert r["response"] == P.ABSTAIN_ANSWER and not r["memory"]
+        elif r["kind"] == "open_book":
+            assert r["memory"] and any(r["response"] in m["text"] for m in r["memory"])
+        else:
+            assert not r["memory"] and r["response"] != P.ABSTAIN_ANSWER
+    assert all((n["subject"], n["relation"]) not in known and n["aliases"] == [] for n in data["negatives_eval"])
+    # the non-consolidated fact's question is a negative, never a positive
+    other = others[0]
+    assert any(r["kind"] == "negative" and other["subject"] in r["input"] for r in rows)
+    assert render_examples(facts, cfg, others=others) == data  # seeded
+
+
+def test_fact_questions_use_world_templates_when_known():
+    assert fact_questions("Blorps", "eat")[0] == "What do Blorps eat?"
+    generic = fact_questions("Blorps", "eat", ConsolidationConfig(world_templates=False))
+    assert generic[0] == "What does Blorps eat?"
+
+
+# ------------------------------------------------------------------------------------------------
+# the graph's operations
+def test_demote_and_forget_are_logged_and_replay():
+    g = _graph()
+    facts = {f["subject"]: f for f in g.facts()}
+    e_blorps, e_snarfs = facts["Blorps"]["id"], facts["Snarfs"]["id"]
+    s0 = g.edge(e_blorps)["strength"]
+    g.edges.permanent[e_blorps] = True  # as solidification would have made it
+    assert g.demote([e_blorps], 0.25) == 1
+    assert g.edge(e_blorps)["strength"] == pytest.approx(s0 * 0.25) and not g.edge(e_blorps)["permanent"]
+    assert g.forget([e_snarfs]) == 1
+    assert "Snarfs" not in {f["subject"] for f in g.facts()}
+    assert g.forget([e_snarfs]) == 0  # already gone
+    again = LiquidGraph.replay(g.oplog, g.embedder, g.config, seed=0, base=g.oplog_base)
+    assert again.equals(g)
+    with pytest.raises(KeyError, match="no edges"):
+        g.forget([10_000])
+    with pytest.raises(ValueError, match="factor"):
+        g.demote([e_blorps], 1.5)
+    with pytest.raises(TypeError, match="list of edge ids"):
+        g.demote("3")
+
+
+# ------------------------------------------------------------------------------------------------
+# the adapter follows the snapshots (no model needed: the agent loads it only to answer)
+def _fake_adapter(path):
+    path.mkdir(parents=True)
+    (path / "adapter_config.json").write_text("{}")
+    return path
+
+
+def test_rollback_restores_the_adapter_of_the_snapshot(tmp_path):
+    m = MAGS(MAGSConfig(embedder="hash"))
+    a1, a2 = _fake_adapter(tmp_path / "v1"), _fake_adapter(tmp_path / "v2")
+    s0 = m.snapshot()
+    m.set_consolidated(a1)
+    s1 = m.snapshot()
+    m.set_consolidated(a2)
+    m.rollback(s1)
+    assert m.consolidated == a1
+    m.rollback(s0)
+    assert m.consolidated is None
+    with pytest.raises(FileNotFoundError, match="adapter_config.json"):
+        m.set_consolidated(tmp_path / "nothing")
+    m.set_consolidated(a2)
+    saved = m.save(tmp_path / "save")
+    assert MAGS.load(saved).consolidated == a2.resolve()
+
+
+def test_consolidate_refuses_a_trained_answer_model_and_skips_when_nothing_qualifies(tmp_path):
+    m = MAGS(MAGSConfig(embedder="hash"), graph=_graph())
+    res = consolidate(m, ConsolidationConfig(min_strength=1.0, min_uses=50), root=tmp_path)
+    assert res.skipped and "min_uses=50" in res.skipped and res.adapter is None and m.consolidated is None
+    assert not list(tmp_path.iterdir())
+    m.model_paths["answer"] = str(tmp_path)
+    with pytest.raises(ValueError, match="embedded base answer model"):
+        consolidate(m, ConsolidationConfig(), root=tmp_path)
+
+
+def test_consolidator_schedule(tmp_path, monkeypatch):
+    import mags_lib.consolidation as C
+
+    m = MAGS(MAGSConfig(embedder="hash"))
+    calls = []
+    monkeypatch.setattr(C, "consolidate", lambda m, cfg, root, note: calls.append(m.n_observations) or "r")
+    monkeypatch.setattr(m, "observe", lambda text, **kw: setattr(m, "n_observations", m.n_observations + 1))
+    c = Consolidator(m, ConsolidationConfig(every_n_observations=3), root=tmp_path)
+    for i in range(7):
+        c.observe(f"fact {i}")
+    assert calls == [3, 6]
+    never = Consolidator(m, ConsolidationConfig(every_n_observations=0), root=tmp_path)
+    for i in range(4):
+        never.observe("x")
+    assert calls == [3, 6]
+
+
+# ------------------------------------------------------------------------------------------------
+# a real consolidation (SmolLM2-135M, transformers + PEFT, one torch thread)
+@pytest.mark.slow
+def test_tiny_consolidation_raises_closed_book_accuracy_and_rollback_restores(tmp_path):
+    """3 facts, 8 rows, 16 optimizer steps of a rank-16 LoRA; answers capped at 16 tokens."""
+    m = MAGS(MAGSConfig(backend="transformers", embedder="hash", n_threads=1, max_new_tokens_answer=16),
+             graph=_graph(FACTS[:3]))
+    cfg = ConsolidationConfig(min_strength=0.0, min_uses=0, holdout_template=False, questions_per_fact=2,
+                              statements_per_fact=0, negatives_ratio=0.34, open_book_ratio=0.0, max_steps=16,
+                              batch_size=4, learning_rate=3e-3, after="prune")
+    facts = select_facts(m.graph, cfg)
+    questions = render_examples(facts, cfg)["eval"]
+    base = closed_book_accuracy(m, questions)
+    n_facts_before = m.graph.stats()["n_facts"]
+    res = consolidate(m, cfg, root=tmp_path / "cons", note=lambda s: None)
+    assert res.adapter is not None and m.consolidated == res.adapter and res.adapter_bytes > 0
+    assert m.graph.stats()["n_facts"] == n_facts_before - len(facts)  # prune: the adapter holds them now
+    after = closed_book_accuracy(m, questions)
+    assert after["accuracy"] > base["accuracy"], (base["answers"], after["answers"])
+    assert after["accuracy"] >= 0.5, after["answers"]
+    record = json.loads((res.adapter / "consolidation.json").read_text())
+    assert {f["subject"] for f in record["facts"]} == {f["subject"] for f in facts}
+    m.rollback(res.previous_snapshot)  # the memory before: facts back, no adapter
+    assert m.consolidated is None and m.graph.stats()["n_facts"] == n_facts_before
+    assert closed_book_accuracy(m, questions[:2])["answers"] == base["answers"][:2]
+    m.rollback(res.snapshot)
+    assert m.consolidated == res.adapter
+    assert closed_book_accuracy(m, questions[:2])["answers"] == after["answers"][:2]
+    m.close()
