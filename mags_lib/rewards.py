@@ -27,13 +27,31 @@ name                      range         what it scores
 ``abstention``            {0, 1}        answer role: abstains exactly when there is no alias
 ``brevity``               [-1, 0]       answer role: penalty for words beyond ``slack`` x the gold
                                         answer's words + ``margin``
+``ops_cost``              [-1, 0]       graph cost: operations stored beyond the gold's count
+``new_nodes_cost``        [-1, 0]       graph cost: entity nodes created (applied to a graph of
+                                        ``context``) beyond those the gold creates
+``new_edges_cost``        [-1, 0]       graph cost: fact edges created beyond the gold's
+``churn_cost``            [-1, 0]       graph cost: existing facts invalidated plus entities merged
+                                        into existing nodes, beyond the gold's
+``graph_cost``            [-1, 0]       the four terms above, weighted by :class:`GraphCostConfig`
+``outcome_write``         [0, 1]        write role: share of a mini-scenario's questions a frozen
+                                        reader answers from the memory built with the completion
+                                        (see :mod:`mags_lib.data.outcome`)
+``outcome_ask``           [0, 1]        ask role: share of the scenario's questions the reader
+                                        answers from what the completion's queries recall
 ========================  ============  ===========================================================
+
+Graph-cost terms count, per completion, ``max(0, x(completion) - x(gold) - slack)`` (``x`` an
+operation count, or what applying the operations to a fresh graph of ``context`` created or churned)
+and return ``-min(1, excess / scale)``: the gold's own cost is free, and a term reaches -1 at ``scale``
+excess units. Without a gold ``response`` the gold's cost is 0.
 """
 
 from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from . import protocol
@@ -49,6 +67,13 @@ from .metrics import (
 
 __all__ = [
     "REGISTRY",
+    "GraphCostConfig",
+    "churn_cost",
+    "graph_cost_reward",
+    "graph_effects",
+    "new_edges_cost",
+    "new_nodes_cost",
+    "ops_cost",
     "abstention_reward",
     "answer_correct_reward",
     "ask_retrieval_reward",
@@ -308,6 +333,175 @@ def brevity_reward(completions: Sequence, response: Sequence[str] | str | None =
     return out
 
 
+# -- graph-cost terms ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class GraphCostConfig:
+    """Weights and options of the combined ``graph_cost`` reward (the seeds' graph regulariser).
+
+    The reward is ``sum(w_t * term_t) / sum(w_t)`` over the terms with a positive weight, so it stays
+    in [-1, 0] whatever the weights.
+    """
+
+    ops_weight: float = 1.0  # operations per input beyond the gold's count
+    nodes_weight: float = 0.5  # entity nodes created beyond the gold's
+    edges_weight: float = 0.5  # fact edges created beyond the gold's
+    churn_weight: float = 1.0  # existing facts invalidated + entities merged, beyond the gold's
+    slack: int = 0  # excess units forgiven per term
+    scale: float = 4.0  # excess units (after slack) at which a term reaches -1
+
+    def __post_init__(self) -> None:
+        ws = (self.ops_weight, self.nodes_weight, self.edges_weight, self.churn_weight)
+        if any(not isinstance(w, (int, float)) or w < 0 for w in ws) or sum(ws) <= 0:
+            raise ValueError(f"GraphCostConfig weights must be >= 0 with a positive sum, got {ws}")
+        if not isinstance(self.slack, int) or self.slack < 0:
+            raise ValueError(f"GraphCostConfig.slack must be an int >= 0, got {self.slack!r}")
+        if not self.scale > 0:
+            raise ValueError(f"GraphCostConfig.scale must be > 0, got {self.scale!r}")
+
+
+def _excess_penalty(pred: int, gold: int, slack: int, scale: float) -> float:
+    if slack < 0 or scale <= 0:
+        raise ValueError(f"graph-cost terms need slack >= 0 and scale > 0, got slack={slack}, scale={scale}")
+    excess = max(0, pred - gold - slack)
+    return -round(min(1.0, excess / scale), 4) if excess else 0.0
+
+
+def graph_effects(text: str, context=(), *, embedder="hash", role: str | None = "write",
+                  seed: int = 0, _built: dict | None = None) -> dict[str, int]:
+    """What storing ``text``'s operations does to a fresh graph of ``context``: counts of ``ops``
+    (every operation of the role, lenient parse), ``nodes`` (entity nodes created), ``edges`` (fact edges
+    created, valid or stored as rejected history), ``churn`` (existing facts invalidated + new entity
+    texts merged into an existing node by similarity).
+
+    >>> graph_effects("<memory_write>blorps,live in,caves</memory_write>", [["blorps", "eat", "figs"]])
+    {'ops': 1, 'nodes': 1, 'edges': 1, 'churn': 0}
+    """
+    parsed = protocol.parse(completion_text(text), role=role, mode="lenient")
+    out = {"ops": len(parsed.ops), "nodes": 0, "edges": 0, "churn": 0}
+    trips = parsed.triplets
+    if not trips:
+        return out
+    key = tuple(tuple(t) for t in (context or []))
+    cache = {} if _built is None else _built
+    if key not in cache:
+        cache[key] = _graph_for(key, resolve_embedder(embedder), seed)
+    g = cache[key].copy()
+    rep = g.engram(trips, source="completion")
+    out["nodes"] = len(rep.new_nodes)
+    out["edges"] = len(rep.new_edges) + len(rep.rejected_edges)
+    out["churn"] = len(rep.invalidated_edges) + len(rep.resolved)
+    return out
+
+
+def _graph_terms(completions, response, context, role, embedder, seed, names) -> list[tuple[dict, dict]]:
+    n = len(completions)
+    golds = _column(response, n, "response", default="")
+    contexts = _column(context, n, "context", default=())
+    roles = _column(role, n, "role", default="write")
+    built: dict = {}
+    out = []
+    for c, g, ctx, r in zip(completions, golds, contexts, roles):
+        need_graph = bool(set(names) - {"ops"})
+        if need_graph:
+            pe = graph_effects(c, ctx, embedder=embedder, role=r, seed=seed, _built=built)
+            ge = graph_effects(g or "", ctx, embedder=embedder, role=r, seed=seed, _built=built)
+        else:
+            pe = {"ops": len(protocol.parse(completion_text(c), role=r, mode="lenient").ops)}
+            ge = {"ops": len(protocol.parse(g or "", role=r, mode="lenient").ops)}
+        out.append((pe, ge))
+    return out
+
+
+def ops_cost(completions: Sequence, response: Sequence[str] | str | None = None,
+             role: Sequence[str] | str | None = None, *, slack: int = 0, scale: float = 4.0,
+             **kwargs) -> list[float]:
+    """Penalty in [-1, 0] for operations beyond the gold's count (``-min(1, excess / scale)``).
+
+    >>> gold = "<memory_write>a,b,c</memory_write>"
+    >>> ops_cost([gold, gold * 3, gold * 9, ""], response=gold, role="write")
+    [0.0, -0.5, -1.0, 0.0]
+    """
+    _excess_penalty(0, 0, slack, scale)
+    return [_excess_penalty(p["ops"], g["ops"], slack, scale)
+            for p, g in _graph_terms(completions, response, None, role, None, 0, ("ops",))]
+
+
+def _graph_term(field: str):
+    def term(completions: Sequence, response: Sequence[str] | str | None = None,
+             context: Sequence | None = None, role: Sequence[str] | str | None = None, *,
+             embedder="hash", slack: int = 0, scale: float = 4.0, seed: int = 0, **kwargs) -> list[float]:
+        _excess_penalty(0, 0, slack, scale)
+        return [_excess_penalty(p[field], g[field], slack, scale)
+                for p, g in _graph_terms(completions, response, context, role, embedder, seed, (field,))]
+    return term
+
+
+def new_nodes_cost(completions: Sequence, response: Sequence[str] | str | None = None,
+                   context: Sequence | None = None, role: Sequence[str] | str | None = None, *,
+                   embedder="hash", slack: int = 0, scale: float = 4.0, seed: int = 0, **kwargs) -> list[float]:
+    """Penalty in [-1, 0] for entity nodes the completion creates in a graph of ``context`` beyond
+    those the gold creates (see :func:`graph_effects`; ``embedder="hash"`` by default: entity
+    resolution is by exact key, near-duplicates by the hash embedder's cosine).
+
+    >>> ctx = [["blorps", "eat", "figs"]]
+    >>> new_nodes_cost(["<memory_write>blorps,live in,caves</memory_write>",
+    ...                 "<memory_write>zorgs,live in,caves</memory_write>"],
+    ...                response="<memory_write>blorps,live in,caves</memory_write>", context=[ctx, ctx])
+    [0.0, -0.25]
+    """
+    return _graph_term("nodes")(completions, response, context, role, embedder=embedder, slack=slack,
+                                scale=scale, seed=seed)
+
+
+def new_edges_cost(completions: Sequence, response: Sequence[str] | str | None = None,
+                   context: Sequence | None = None, role: Sequence[str] | str | None = None, *,
+                   embedder="hash", slack: int = 0, scale: float = 4.0, seed: int = 0, **kwargs) -> list[float]:
+    """Penalty in [-1, 0] for fact edges the completion creates beyond the gold's (restating a fact
+    already in ``context`` reinforces it and creates none)."""
+    return _graph_term("edges")(completions, response, context, role, embedder=embedder, slack=slack,
+                                scale=scale, seed=seed)
+
+
+def churn_cost(completions: Sequence, response: Sequence[str] | str | None = None,
+               context: Sequence | None = None, role: Sequence[str] | str | None = None, *,
+               embedder="hash", slack: int = 0, scale: float = 4.0, seed: int = 0, **kwargs) -> list[float]:
+    """Penalty in [-1, 0] for churn of existing facts beyond the gold's: facts of ``context`` the
+    completion invalidates (a new object for a single-valued relation) plus entity texts merged into an
+    existing node by similarity."""
+    return _graph_term("churn")(completions, response, context, role, embedder=embedder, slack=slack,
+                                scale=scale, seed=seed)
+
+
+def graph_cost_reward(completions: Sequence, response: Sequence[str] | str | None = None,
+                      context: Sequence | None = None, role: Sequence[str] | str | None = None, *,
+                      config: GraphCostConfig | None = None, embedder="hash", seed: int = 0,
+                      **weights) -> list[float]:
+    """Weighted mean in [-1, 0] of ``ops_cost``, ``new_nodes_cost``, ``new_edges_cost`` and
+    ``churn_cost``; the weights, ``slack`` and ``scale`` come from ``config`` or from keyword options
+    named like :class:`GraphCostConfig`'s fields (``get_reward("graph_cost", ops_weight=2.0)``).
+
+    >>> gold = "<memory_write>a,b,c</memory_write>"
+    >>> graph_cost_reward([gold, gold + "<memory_write>d,e,f</memory_write>"], response=gold, role="write",
+    ...                   ops_weight=1.0, nodes_weight=0.0, edges_weight=1.0, churn_weight=0.0)
+    [0.0, -0.25]
+    """
+    known = set(GraphCostConfig.__dataclass_fields__)
+    opts = {k: v for k, v in weights.items() if k in known}
+    if config is not None and opts:
+        raise ValueError(f"graph_cost takes a config or keyword weights, not both (got {sorted(opts)})")
+    cfg = config if config is not None else GraphCostConfig(**opts)
+    w = {"ops": cfg.ops_weight, "nodes": cfg.nodes_weight, "edges": cfg.edges_weight, "churn": cfg.churn_weight}
+    names = tuple(k for k, v in w.items() if v > 0)
+    total = sum(w[k] for k in names)
+    out = []
+    for p, g in _graph_terms(completions, response, context, role, embedder, seed, names):
+        s = sum(w[k] * _excess_penalty(p[k], g[k], cfg.slack, cfg.scale) for k in names)
+        out.append(round(s / total, 4))
+    return out
+
+
 REGISTRY: dict[str, Callable[..., list[float]]] = {
     "format": format_reward,
     "role": role_reward,
@@ -318,6 +512,11 @@ REGISTRY: dict[str, Callable[..., list[float]]] = {
     "answer_correct": answer_correct_reward,
     "abstention": abstention_reward,
     "brevity": brevity_reward,
+    "ops_cost": ops_cost,
+    "new_nodes_cost": new_nodes_cost,
+    "new_edges_cost": new_edges_cost,
+    "churn_cost": churn_cost,
+    "graph_cost": graph_cost_reward,
 }
 
 
