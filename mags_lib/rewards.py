@@ -74,6 +74,8 @@ __all__ = [
     "new_edges_cost",
     "new_nodes_cost",
     "ops_cost",
+    "outcome_ask_reward",
+    "outcome_write_reward",
     "abstention_reward",
     "answer_correct_reward",
     "ask_retrieval_reward",
@@ -502,6 +504,64 @@ def graph_cost_reward(completions: Sequence, response: Sequence[str] | str | Non
     return out
 
 
+# -- outcome rewards (the seeds' prediction term) -------------------------------------------------
+
+
+def _outcome(completions, scenario, reader, model, n_threads, memory_fn) -> list[float]:
+    from .data import outcome
+
+    n = len(completions)
+    if scenario is None:
+        raise ValueError("the outcome rewards need the dataset column 'scenario' (rows from "
+                         "mags_lib.data.outcome.build_outcome_rows)")
+    scenarios = _column(scenario, n, "scenario")
+    read = outcome.resolve_reader(reader, model=model, n_threads=n_threads)
+    out = []
+    for c, sc in zip(completions, scenarios):
+        sc = outcome.parse_scenario(sc)
+        out.append(outcome.score_questions(read, sc, memory_fn(completion_text(c), sc)))
+    return out
+
+
+def outcome_write_reward(completions: Sequence, scenario: Sequence | None = None, *, reader="llamacpp",
+                         model=None, n_threads: int = 1, embedder="minilm", seed: int = 0,
+                         **kwargs) -> list[float]:
+    """Write role, in [0, 1]: the share of the ``scenario``'s questions a frozen ``reader`` answers
+    correctly (the game's rule) from the current facts of a graph of the scenario's prior memory after
+    the completion's writes are stored (:func:`mags_lib.data.outcome.write_memory`). ``reader`` is
+    ``"llamacpp"`` (the answer prompt of ``ROLE_SPECS`` on ``model``, default the embedded SmolLM2,
+    loaded once per process with ``n_threads``) or a callable ``reader(question, items) -> answer``.
+
+    >>> sc = {"memory": [["blorps", "live in", "caves"]], "questions": [{"question": "Where do blorps live?",
+    ...       "aliases": ["copper mines"]}]}
+    >>> def oracle(q, items):   # exact lookup of the (subject, relation) the question needs
+    ...     return next((t[len("blorps live in "):] for t in items if t.startswith("blorps live in ")), "")
+    >>> outcome_write_reward(["<memory_write>blorps,live in,copper mines</memory_write>", "junk"],
+    ...                      scenario=[sc, sc], reader=oracle, embedder="hash")
+    [1.0, 0.0]
+    """
+    from .data.outcome import write_memory
+
+    emb = resolve_embedder(embedder)
+    return _outcome(completions, scenario, reader, model, n_threads,
+                    lambda text, sc: write_memory(text, sc, embedder=emb, seed=seed))
+
+
+def outcome_ask_reward(completions: Sequence, scenario: Sequence | None = None, *, reader="llamacpp",
+                       model=None, n_threads: int = 1, embedder="minilm", k: int = 1, max_queries: int = 8,
+                       seed: int = 0, **kwargs) -> list[float]:
+    """Ask role, in [0, 1]: the share of the ``scenario``'s questions the ``reader`` answers from the
+    facts the completion's queries recall (top-``k`` per query) from a graph of the scenario's memory
+    (:func:`mags_lib.data.outcome.ask_memory`); no query recalls nothing. ``reader`` as in
+    :func:`outcome_write_reward`.
+    """
+    from .data.outcome import ask_memory
+
+    emb = resolve_embedder(embedder)
+    return _outcome(completions, scenario, reader, model, n_threads,
+                    lambda text, sc: ask_memory(text, sc, embedder=emb, k=k, max_queries=max_queries, seed=seed))
+
+
 REGISTRY: dict[str, Callable[..., list[float]]] = {
     "format": format_reward,
     "role": role_reward,
@@ -517,6 +577,8 @@ REGISTRY: dict[str, Callable[..., list[float]]] = {
     "new_edges_cost": new_edges_cost,
     "churn_cost": churn_cost,
     "graph_cost": graph_cost_reward,
+    "outcome_write": outcome_write_reward,
+    "outcome_ask": outcome_ask_reward,
 }
 
 
