@@ -50,7 +50,7 @@ excess units. Without a gold ``response`` the gold's cost is 0.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -87,6 +87,7 @@ __all__ = [
     "length_penalty",
     "op_f1_reward",
     "role_reward",
+    "signal_report",
 ]
 
 
@@ -560,6 +561,105 @@ def outcome_ask_reward(completions: Sequence, scenario: Sequence | None = None, 
     emb = resolve_embedder(embedder)
     return _outcome(completions, scenario, reader, model, n_threads,
                     lambda text, sc: ask_memory(text, sc, embedder=emb, k=k, max_queries=max_queries, seed=seed))
+
+
+# -- watching the signal (issue 15, item 4) -------------------------------------------------------
+
+
+def _curve(rows: list[dict], name: str) -> dict | None:
+    v = []
+    for r in rows:
+        x = r.get(name)
+        if x in (None, ""):
+            continue
+        try:
+            v.append(float(x))
+        except (TypeError, ValueError):
+            raise ValueError(f"log column {name!r} holds a non-number: {x!r:.40}") from None
+    if not v:
+        return None
+    return {"first": v[0], "last": v[-1], "mean": sum(v) / len(v), "max": max(v), "n": len(v)}
+
+
+def _norm_words(text: str) -> str:
+    return " ".join("".join(ch if ch.isalnum() else " " for ch in text.lower()).split())
+
+
+def signal_report(log, samples: Sequence[Mapping] | None = None, *, min_reward: float = 0.5,
+                  copy_chars: int = 16, max_examples: int = 3) -> dict:
+    """The GRPO signal of one run: zero-variance share, KL and reward curves from ``log`` (the stage's
+    ``log.csv`` path, or its rows as dicts), and reward-hacking patterns in sampled completions.
+
+    ``samples`` (optional) are mappings with ``completion`` (text), ``reward`` (its total reward),
+    ``input`` (the user text) and ``role``. A sample is flagged when it
+
+    * ``empty_scores``: holds no operation of its role yet earns ``reward >= min_reward``;
+    * ``degenerate``: one word fills more than half of its (at least 8) words, or a tag's content
+      repeats itself;
+    * ``repeated_tags``: stores the same operation twice or more;
+    * ``copies_input``: one operation's content is (normalised) the whole input, or holds a
+      ``copy_chars``-character run of the input verbatim and more than 80 % of the input's words.
+
+    Returns ``{"zero_std": curve, "kl": curve, "reward": curve, "n_samples", "flags": {name: count},
+    "hacking": share of samples with a flag and reward >= min_reward, "examples": {name: [texts]}}``
+    (a curve: first, last, mean, max, n; None when the column is absent).
+
+    >>> rep = signal_report([{"step": 1, "reward": .2, "kl": 0.0, "frac_reward_zero_std": .5},
+    ...                      {"step": 2, "reward": .4, "kl": .01, "frac_reward_zero_std": .25}],
+    ...                     [{"role": "ask", "input": "What do blorps eat?", "reward": 1.0, "completion": ""}])
+    >>> rep["zero_std"]["mean"], rep["kl"]["last"], rep["flags"]["empty_scores"], rep["hacking"]
+    (0.375, 0.01, 1, 1.0)
+    """
+    import csv
+    from pathlib import Path
+
+    if isinstance(log, (str, Path)):
+        path = Path(log)
+        if not path.is_file():
+            raise FileNotFoundError(f"no GRPO log at {path}: pass the stage folder's log.csv")
+        with open(path, newline="") as f:
+            rows = list(csv.DictReader(f))
+    else:
+        rows = [dict(r) for r in (log or [])]
+    out: dict[str, Any] = {"zero_std": _curve(rows, "frac_reward_zero_std"), "kl": _curve(rows, "kl"),
+                           "reward": _curve(rows, "reward")}
+    names = ("empty_scores", "degenerate", "repeated_tags", "copies_input")
+    flags = dict.fromkeys(names, 0)
+    examples: dict[str, list[str]] = {n: [] for n in names}
+    hacked = 0
+    samples = list(samples or [])
+    for i, smp in enumerate(samples):
+        if not isinstance(smp, Mapping) or "completion" not in smp or "reward" not in smp:
+            raise ValueError(f"sample #{i} needs 'completion' and 'reward' (and 'input', 'role'), got {smp!r:.80}")
+        text = completion_text(smp["completion"])
+        reward = float(smp["reward"])
+        ops = protocol.parse(text, role=smp.get("role"), mode="lenient").ops
+        contents = [_norm_words(op.content) for op in ops]
+        words = _norm_words(text).split()
+        hit = set()
+        if not ops and reward >= min_reward:
+            hit.add("empty_scores")
+        if (len(words) >= 8 and max(words.count(w) for w in set(words)) > len(words) / 2) or any(
+                len(c.split()) >= 4 and len(set(c.split())) <= len(c.split()) / 2 for c in contents):
+            hit.add("degenerate")
+        if len(contents) != len(set(contents)):
+            hit.add("repeated_tags")
+        inp = _norm_words(str(smp.get("input") or ""))
+        inp_words = inp.split()
+        for c in contents:
+            verbatim = len(c) >= copy_chars and any(c[j:j + copy_chars] in inp for j in range(len(c) - copy_chars + 1))
+            covered = sum(w in c.split() for w in inp_words) > 0.8 * len(inp_words) if inp_words else False
+            if inp and (c == inp or (verbatim and covered)):
+                hit.add("copies_input")
+                break
+        for n in hit:
+            flags[n] += 1
+            if len(examples[n]) < max_examples:
+                examples[n].append(text)
+        hacked += bool(hit) and reward >= min_reward
+    out.update(n_samples=len(samples), flags=flags, hacking=hacked / len(samples) if samples else None,
+               examples=examples)
+    return out
 
 
 REGISTRY: dict[str, Callable[..., list[float]]] = {
