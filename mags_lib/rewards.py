@@ -462,7 +462,14 @@ def new_edges_cost(completions: Sequence, response: Sequence[str] | str | None =
                    context: Sequence | None = None, role: Sequence[str] | str | None = None, *,
                    embedder="hash", slack: int = 0, scale: float = 4.0, seed: int = 0, **kwargs) -> list[float]:
     """Penalty in [-1, 0] for fact edges the completion creates beyond the gold's (restating a fact
-    already in ``context`` reinforces it and creates none)."""
+    already in ``context`` reinforces it and creates none).
+
+    >>> ctx = [["blorps", "eat", "figs"]]
+    >>> new_edges_cost(["<memory_write>blorps,eat,figs</memory_write><memory_write>a,b,c</memory_write>",
+    ...                 "<memory_write>a,b,c</memory_write><memory_write>d,e,f</memory_write>"],
+    ...                response="<memory_write>a,b,c</memory_write>", context=[ctx, ctx])
+    [0.0, -0.25]
+    """
     return _graph_term("edges")(completions, response, context, role, embedder=embedder, slack=slack,
                                 scale=scale, seed=seed)
 
@@ -472,7 +479,13 @@ def churn_cost(completions: Sequence, response: Sequence[str] | str | None = Non
                embedder="hash", slack: int = 0, scale: float = 4.0, seed: int = 0, **kwargs) -> list[float]:
     """Penalty in [-1, 0] for churn of existing facts beyond the gold's: facts of ``context`` the
     completion invalidates (a new object for a single-valued relation) plus entity texts merged into an
-    existing node by similarity."""
+    existing node by similarity.
+
+    >>> ctx = [["blorps", "eat", "figs"], ["blorps", "live in", "caves"]]
+    >>> churn_cost(["<memory_write>blorps,eat,lemons</memory_write>", "<memory_write>blorps,fear,owls</memory_write>"],
+    ...            response="", context=[ctx, ctx])
+    [-0.25, 0.0]
+    """
     return _graph_term("churn")(completions, response, context, role, embedder=embedder, slack=slack,
                                 scale=scale, seed=seed)
 
@@ -555,6 +568,14 @@ def outcome_ask_reward(completions: Sequence, scenario: Sequence | None = None, 
     facts the completion's queries recall (top-``k`` per query) from a graph of the scenario's memory
     (:func:`mags_lib.data.outcome.ask_memory`); no query recalls nothing. ``reader`` as in
     :func:`outcome_write_reward`.
+
+    >>> sc = {"memory": [["blorps", "eat", "frozen lemons"], ["Odalie", "works as", "glassblower"]],
+    ...       "questions": [{"question": "What do blorps eat?", "aliases": ["frozen lemons"]}]}
+    >>> def reader(q, items):   # answers with whatever it was shown
+    ...     return "; ".join(items) or "I don't know"
+    >>> outcome_ask_reward(["<memory_ask>blorps eat</memory_ask>", "<memory_ask>Odalie job</memory_ask>", ""],
+    ...                    scenario=[sc] * 3, reader=reader, embedder="hash")
+    [1.0, 0.0, 0.0]
     """
     from .data.outcome import ask_memory
 

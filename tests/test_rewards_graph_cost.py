@@ -154,3 +154,25 @@ def test_graph_cost_does_not_touch_the_context():
     ctx = [list(t) for t in CTX]
     rewards.graph_cost_reward([EXTRA], response=GOLD, context=[ctx], role="write")
     assert ctx == CTX
+
+
+def test_objectives_are_options_only():
+    from mags_lib.training.config import GRPOConfig, profile_config, with_objective
+
+    base = profile_config("write", "default")
+    assert "graph_cost" not in base.grpo.rewards and not any(n.startswith("outcome") for n in base.grpo.rewards)
+    gc = with_objective(base, "graph_cost", graph_cost_weight=0.3, graph_cost_options={"ops_weight": 2.0})
+    assert gc.grpo.rewards == {**base.grpo.rewards, "graph_cost": 0.3}
+    assert gc.grpo.reward_options["graph_cost"] == {"ops_weight": 2.0}
+    assert gc.sft == base.sft and profile_config("write", "default") == base  # nothing else moves
+    out = with_objective(profile_config("ask", "default"), "outcome", reader_threads=1)
+    assert out.grpo.rewards == {"outcome_ask": 1.0, "format": 0.5, "length": 0.5}
+    assert out.grpo.reward_options == {"outcome_ask": {"n_threads": 1, "embedder": "minilm"}}
+    for bad, match in ((dict(objective="nope"), "objective"), (dict(objective="graph_cost", graph_cost_weight=0),
+                                                                 "graph_cost_weight")):
+        with pytest.raises(ValueError, match=match):
+            with_objective(base, **bad)
+    with pytest.raises(ValueError, match="write and ask"):
+        with_objective(profile_config("answer", "smoke"), "outcome")
+    with pytest.raises(ValueError, match="REGISTRY"):
+        GRPOConfig(rewards={"graph_costs": 1.0})
