@@ -170,18 +170,23 @@ def test_outcome_rewards_are_registered_and_picklable():
 
 @pytest.mark.slow
 def test_outcome_write_with_the_real_smollm2_reader(monkeypatch):
-    """~10-20 s under load: SmolLM2-135M (llama.cpp, 1 thread) reads a two-fact memory for 2 x 2 questions."""
-    seen = []
-    original = outcome._LlamaReader.__call__
+    """~10 s under load: SmolLM2-135M (llama.cpp, 1 thread) reads a small memory for 2 x 2 questions.
+    The model may answer wrong; what is checked is that the reward runs end to end, stays in range, and
+    that the prompts the model saw hold the memory the completion built."""
+    reader = outcome.llama_reader(n_threads=1)
+    assert outcome.resolve_reader("llamacpp", n_threads=1) is reader  # loaded once per process
+    prompts = []
+    original = reader.backend.generate
 
-    def spy(self, question, items):
-        seen.append(list(items))
-        return original(self, question, items)
+    def spy(batch, **kw):
+        prompts.extend(batch)
+        return original(batch, **kw)
 
-    monkeypatch.setattr(outcome._LlamaReader, "__call__", spy)
+    monkeypatch.setattr(reader.backend, "generate", spy)
     got = rewards.outcome_write_reward([GOLD_WRITE, ""], scenario=[TINY, TINY], reader="llamacpp",
                                        n_threads=1, embedder="hash")
     assert len(got) == 2 and all(0.0 <= x <= 1.0 for x in got)
-    assert len(seen) == 4
-    assert "blorps live in salt mines" in seen[0] and "blorps live in salt mines" not in seen[2]
-    assert outcome.llama_reader(n_threads=1) is outcome.llama_reader(n_threads=1)  # loaded once
+    assert len(prompts) == 4
+    users = [next(m["content"] for m in p if m["role"] == "user") for p in prompts]
+    assert "blorps live in salt mines" in users[0] and "copper caves" not in users[0]
+    assert "blorps live in copper caves" in users[2] and "salt mines" not in users[2]
