@@ -68,24 +68,24 @@ from .metrics import (
 __all__ = [
     "REGISTRY",
     "GraphCostConfig",
-    "churn_cost",
-    "graph_cost_reward",
-    "graph_effects",
-    "new_edges_cost",
-    "new_nodes_cost",
-    "ops_cost",
-    "outcome_ask_reward",
-    "outcome_write_reward",
     "abstention_reward",
     "answer_correct_reward",
     "ask_retrieval_reward",
     "brevity_reward",
+    "churn_cost",
     "completion_text",
     "exact_f1_reward",
     "format_reward",
     "get_reward",
+    "graph_cost_reward",
+    "graph_effects",
     "length_penalty",
+    "new_edges_cost",
+    "new_nodes_cost",
     "op_f1_reward",
+    "ops_cost",
+    "outcome_ask_reward",
+    "outcome_write_reward",
     "role_reward",
     "signal_report",
 ]
@@ -405,8 +405,8 @@ def _graph_terms(completions, response, context, role, embedder, seed, names) ->
     roles = _column(role, n, "role", default="write")
     built: dict = {}
     out = []
+    need_graph = bool(set(names) - {"ops"})
     for c, g, ctx, r in zip(completions, golds, contexts, roles):
-        need_graph = bool(set(names) - {"ops"})
         if need_graph:
             pe = graph_effects(c, ctx, embedder=embedder, role=r, seed=seed, _built=built)
             ge = graph_effects(g or "", ctx, embedder=embedder, role=r, seed=seed, _built=built)
@@ -431,14 +431,10 @@ def ops_cost(completions: Sequence, response: Sequence[str] | str | None = None,
             for p, g in _graph_terms(completions, response, None, role, None, 0, ("ops",))]
 
 
-def _graph_term(field: str):
-    def term(completions: Sequence, response: Sequence[str] | str | None = None,
-             context: Sequence | None = None, role: Sequence[str] | str | None = None, *,
-             embedder="hash", slack: int = 0, scale: float = 4.0, seed: int = 0, **kwargs) -> list[float]:
-        _excess_penalty(0, 0, slack, scale)
-        return [_excess_penalty(p[field], g[field], slack, scale)
-                for p, g in _graph_terms(completions, response, context, role, embedder, seed, (field,))]
-    return term
+def _graph_term(field: str, completions, response, context, role, embedder, slack, scale, seed) -> list[float]:
+    _excess_penalty(0, 0, slack, scale)
+    return [_excess_penalty(p[field], g[field], slack, scale)
+            for p, g in _graph_terms(completions, response, context, role, embedder, seed, (field,))]
 
 
 def new_nodes_cost(completions: Sequence, response: Sequence[str] | str | None = None,
@@ -454,8 +450,7 @@ def new_nodes_cost(completions: Sequence, response: Sequence[str] | str | None =
     ...                response="<memory_write>blorps,live in,caves</memory_write>", context=[ctx, ctx])
     [0.0, -0.25]
     """
-    return _graph_term("nodes")(completions, response, context, role, embedder=embedder, slack=slack,
-                                scale=scale, seed=seed)
+    return _graph_term("nodes", completions, response, context, role, embedder, slack, scale, seed)
 
 
 def new_edges_cost(completions: Sequence, response: Sequence[str] | str | None = None,
@@ -470,8 +465,7 @@ def new_edges_cost(completions: Sequence, response: Sequence[str] | str | None =
     ...                response="<memory_write>a,b,c</memory_write>", context=[ctx, ctx])
     [0.0, -0.25]
     """
-    return _graph_term("edges")(completions, response, context, role, embedder=embedder, slack=slack,
-                                scale=scale, seed=seed)
+    return _graph_term("edges", completions, response, context, role, embedder, slack, scale, seed)
 
 
 def churn_cost(completions: Sequence, response: Sequence[str] | str | None = None,
@@ -486,8 +480,7 @@ def churn_cost(completions: Sequence, response: Sequence[str] | str | None = Non
     ...            response="", context=[ctx, ctx])
     [-0.25, 0.0]
     """
-    return _graph_term("churn")(completions, response, context, role, embedder=embedder, slack=slack,
-                                scale=scale, seed=seed)
+    return _graph_term("churn", completions, response, context, role, embedder, slack, scale, seed)
 
 
 def graph_cost_reward(completions: Sequence, response: Sequence[str] | str | None = None,

@@ -114,12 +114,12 @@ def test_slack_and_scale_options():
 # ops 2-1 = 1 -> -.25; nodes 3-1 = 2 -> -.5; edges 2-1 = 1 -> -.25; churn 1-1 = 0 -> 0.
 EXTRA = GOLD + W(("zorgs", "fear", "mice"))
 GRAPH_CASES = [
-    (dict(), (1 * -.25 + .5 * -.5 + .5 * -.25 + 1 * 0) / 3.0),  # defaults 1, .5, .5, 1 -> -0.2083
-    (dict(ops_weight=1, nodes_weight=0, edges_weight=0, churn_weight=0), -0.25),
-    (dict(ops_weight=0, nodes_weight=1, edges_weight=0, churn_weight=0), -0.5),
-    (dict(ops_weight=0, nodes_weight=1, edges_weight=1, churn_weight=0), -0.375),
-    (dict(ops_weight=0, nodes_weight=0, edges_weight=0, churn_weight=1), 0.0),
-    (dict(ops_weight=1, nodes_weight=1, edges_weight=1, churn_weight=1, scale=2.0), (-.5 - 1 - .5 + 0) / 4),
+    ({}, (1 * -.25 + .5 * -.5 + .5 * -.25 + 1 * 0) / 3.0),  # defaults 1, .5, .5, 1 -> -0.2083
+    ({"ops_weight": 1, "nodes_weight": 0, "edges_weight": 0, "churn_weight": 0}, -0.25),
+    ({"ops_weight": 0, "nodes_weight": 1, "edges_weight": 0, "churn_weight": 0}, -0.5),
+    ({"ops_weight": 0, "nodes_weight": 1, "edges_weight": 1, "churn_weight": 0}, -0.375),
+    ({"ops_weight": 0, "nodes_weight": 0, "edges_weight": 0, "churn_weight": 1}, 0.0),
+    ({"ops_weight": 1, "nodes_weight": 1, "edges_weight": 1, "churn_weight": 1, "scale": 2.0}, (-.5 - 1 - .5 + 0) / 4),
 ]
 
 
@@ -134,8 +134,8 @@ def test_graph_cost_config_object_and_checks():
     assert rewards.graph_cost_reward([EXTRA], response=GOLD, context=[CTX], role="write", config=cfg) == [-0.5]
     with pytest.raises(ValueError, match="not both"):
         rewards.graph_cost_reward([EXTRA], response=GOLD, context=[CTX], config=cfg, ops_weight=1.0)
-    for bad in (dict(ops_weight=-1), dict(ops_weight=0, nodes_weight=0, edges_weight=0, churn_weight=0),
-                dict(scale=0), dict(slack=-1), dict(slack=1.5)):
+    for bad in ({"ops_weight": -1}, {"ops_weight": 0, "nodes_weight": 0, "edges_weight": 0, "churn_weight": 0},
+                {"scale": 0}, {"slack": -1}, {"slack": 1.5}):
         with pytest.raises(ValueError, match="GraphCostConfig"):
             rewards.GraphCostConfig(**bad)
 
@@ -168,7 +168,7 @@ def test_objectives_are_options_only():
     out = with_objective(profile_config("ask", "default"), "outcome", reader_threads=1)
     assert out.grpo.rewards == {"outcome_ask": 1.0, "format": 0.5, "length": 0.5}
     assert out.grpo.reward_options == {"outcome_ask": {"n_threads": 1, "embedder": "minilm"}}
-    for bad, match in ((dict(objective="nope"), "objective"), (dict(objective="graph_cost", graph_cost_weight=0),
+    for bad, match in (({"objective": "nope"}, "objective"), ({"objective": "graph_cost", "graph_cost_weight": 0},
                                                                  "graph_cost_weight")):
         with pytest.raises(ValueError, match=match):
             with_objective(base, **bad)
