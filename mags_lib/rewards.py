@@ -27,13 +27,31 @@ name                      range         what it scores
 ``abstention``            {0, 1}        answer role: abstains exactly when there is no alias
 ``brevity``               [-1, 0]       answer role: penalty for words beyond ``slack`` x the gold
                                         answer's words + ``margin``
+``ops_cost``              [-1, 0]       graph cost: operations stored beyond the gold's count
+``new_nodes_cost``        [-1, 0]       graph cost: entity nodes created (applied to a graph of
+                                        ``context``) beyond those the gold creates
+``new_edges_cost``        [-1, 0]       graph cost: fact edges created beyond the gold's
+``churn_cost``            [-1, 0]       graph cost: existing facts invalidated plus entities merged
+                                        into existing nodes, beyond the gold's
+``graph_cost``            [-1, 0]       the four terms above, weighted by :class:`GraphCostConfig`
+``outcome_write``         [0, 1]        write role: share of a mini-scenario's questions a frozen
+                                        reader answers from the memory built with the completion
+                                        (see :mod:`mags_lib.data.outcome`)
+``outcome_ask``           [0, 1]        ask role: share of the scenario's questions the reader
+                                        answers from what the completion's queries recall
 ========================  ============  ===========================================================
+
+Graph-cost terms count, per completion, ``max(0, x(completion) - x(gold) - slack)`` (``x`` an
+operation count, or what applying the operations to a fresh graph of ``context`` created or churned)
+and return ``-min(1, excess / scale)``: the gold's own cost is free, and a term reaches -1 at ``scale``
+excess units. Without a gold ``response`` the gold's cost is 0.
 """
 
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from . import protocol
@@ -49,17 +67,27 @@ from .metrics import (
 
 __all__ = [
     "REGISTRY",
+    "GraphCostConfig",
     "abstention_reward",
     "answer_correct_reward",
     "ask_retrieval_reward",
     "brevity_reward",
+    "churn_cost",
     "completion_text",
     "exact_f1_reward",
     "format_reward",
     "get_reward",
+    "graph_cost_reward",
+    "graph_effects",
     "length_penalty",
+    "new_edges_cost",
+    "new_nodes_cost",
     "op_f1_reward",
+    "ops_cost",
+    "outcome_ask_reward",
+    "outcome_write_reward",
     "role_reward",
+    "signal_report",
 ]
 
 
@@ -308,6 +336,346 @@ def brevity_reward(completions: Sequence, response: Sequence[str] | str | None =
     return out
 
 
+# -- graph-cost terms ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class GraphCostConfig:
+    """Weights and options of the combined ``graph_cost`` reward (the seeds' graph regulariser).
+
+    The reward is ``sum(w_t * term_t) / sum(w_t)`` over the terms with a positive weight, so it stays
+    in [-1, 0] whatever the weights.
+    """
+
+    ops_weight: float = 1.0  # operations per input beyond the gold's count
+    nodes_weight: float = 0.5  # entity nodes created beyond the gold's
+    edges_weight: float = 0.5  # fact edges created beyond the gold's
+    churn_weight: float = 1.0  # existing facts invalidated + entities merged, beyond the gold's
+    slack: int = 0  # excess units forgiven per term
+    scale: float = 4.0  # excess units (after slack) at which a term reaches -1
+
+    def __post_init__(self) -> None:
+        ws = (self.ops_weight, self.nodes_weight, self.edges_weight, self.churn_weight)
+        if any(not isinstance(w, (int, float)) or w < 0 for w in ws) or sum(ws) <= 0:
+            raise ValueError(f"GraphCostConfig weights must be >= 0 with a positive sum, got {ws}")
+        if not isinstance(self.slack, int) or self.slack < 0:
+            raise ValueError(f"GraphCostConfig.slack must be an int >= 0, got {self.slack!r}")
+        if not self.scale > 0:
+            raise ValueError(f"GraphCostConfig.scale must be > 0, got {self.scale!r}")
+
+
+def _excess_penalty(pred: int, gold: int, slack: int, scale: float) -> float:
+    if slack < 0 or scale <= 0:
+        raise ValueError(f"graph-cost terms need slack >= 0 and scale > 0, got slack={slack}, scale={scale}")
+    excess = max(0, pred - gold - slack)
+    return -round(min(1.0, excess / scale), 4) if excess else 0.0
+
+
+def graph_effects(text: str, context=(), *, embedder="hash", role: str | None = "write",
+                  seed: int = 0, _built: dict | None = None) -> dict[str, int]:
+    """What storing ``text``'s operations does to a fresh graph of ``context``: counts of ``ops``
+    (every operation of the role, lenient parse), ``nodes`` (entity nodes created), ``edges`` (fact edges
+    created, valid or stored as rejected history), ``churn`` (existing facts invalidated + new entity
+    texts merged into an existing node by similarity).
+
+    >>> graph_effects("<memory_write>blorps,live in,caves</memory_write>", [["blorps", "eat", "figs"]])
+    {'ops': 1, 'nodes': 1, 'edges': 1, 'churn': 0}
+    """
+    parsed = protocol.parse(completion_text(text), role=role, mode="lenient")
+    out = {"ops": len(parsed.ops), "nodes": 0, "edges": 0, "churn": 0}
+    trips = parsed.triplets
+    if not trips:
+        return out
+    key = tuple(tuple(t) for t in (context or []))
+    cache = {} if _built is None else _built
+    if key not in cache:
+        cache[key] = _graph_for(key, resolve_embedder(embedder), seed)
+    g = cache[key].copy()
+    rep = g.engram(trips, source="completion")
+    out["nodes"] = len(rep.new_nodes)
+    out["edges"] = len(rep.new_edges) + len(rep.rejected_edges)
+    out["churn"] = len(rep.invalidated_edges) + len(rep.resolved)
+    return out
+
+
+def _graph_terms(completions, response, context, role, embedder, seed, names) -> list[tuple[dict, dict]]:
+    n = len(completions)
+    golds = _column(response, n, "response", default="")
+    contexts = _column(context, n, "context", default=())
+    roles = _column(role, n, "role", default="write")
+    built: dict = {}
+    out = []
+    need_graph = bool(set(names) - {"ops"})
+    for c, g, ctx, r in zip(completions, golds, contexts, roles):
+        if need_graph:
+            pe = graph_effects(c, ctx, embedder=embedder, role=r, seed=seed, _built=built)
+            ge = graph_effects(g or "", ctx, embedder=embedder, role=r, seed=seed, _built=built)
+        else:
+            pe = {"ops": len(protocol.parse(completion_text(c), role=r, mode="lenient").ops)}
+            ge = {"ops": len(protocol.parse(g or "", role=r, mode="lenient").ops)}
+        out.append((pe, ge))
+    return out
+
+
+def ops_cost(completions: Sequence, response: Sequence[str] | str | None = None,
+             role: Sequence[str] | str | None = None, *, slack: int = 0, scale: float = 4.0,
+             **kwargs) -> list[float]:
+    """Penalty in [-1, 0] for operations beyond the gold's count (``-min(1, excess / scale)``).
+
+    >>> gold = "<memory_write>a,b,c</memory_write>"
+    >>> ops_cost([gold, gold * 3, gold * 9, ""], response=gold, role="write")
+    [0.0, -0.5, -1.0, 0.0]
+    """
+    _excess_penalty(0, 0, slack, scale)
+    return [_excess_penalty(p["ops"], g["ops"], slack, scale)
+            for p, g in _graph_terms(completions, response, None, role, None, 0, ("ops",))]
+
+
+def _graph_term(field: str, completions, response, context, role, embedder, slack, scale, seed) -> list[float]:
+    _excess_penalty(0, 0, slack, scale)
+    return [_excess_penalty(p[field], g[field], slack, scale)
+            for p, g in _graph_terms(completions, response, context, role, embedder, seed, (field,))]
+
+
+def new_nodes_cost(completions: Sequence, response: Sequence[str] | str | None = None,
+                   context: Sequence | None = None, role: Sequence[str] | str | None = None, *,
+                   embedder="hash", slack: int = 0, scale: float = 4.0, seed: int = 0, **kwargs) -> list[float]:
+    """Penalty in [-1, 0] for entity nodes the completion creates in a graph of ``context`` beyond
+    those the gold creates (see :func:`graph_effects`; ``embedder="hash"`` by default: entity
+    resolution is by exact key, near-duplicates by the hash embedder's cosine).
+
+    >>> ctx = [["blorps", "eat", "figs"]]
+    >>> new_nodes_cost(["<memory_write>blorps,live in,caves</memory_write>",
+    ...                 "<memory_write>zorgs,live in,caves</memory_write>"],
+    ...                response="<memory_write>blorps,live in,caves</memory_write>", context=[ctx, ctx])
+    [0.0, -0.25]
+    """
+    return _graph_term("nodes", completions, response, context, role, embedder, slack, scale, seed)
+
+
+def new_edges_cost(completions: Sequence, response: Sequence[str] | str | None = None,
+                   context: Sequence | None = None, role: Sequence[str] | str | None = None, *,
+                   embedder="hash", slack: int = 0, scale: float = 4.0, seed: int = 0, **kwargs) -> list[float]:
+    """Penalty in [-1, 0] for fact edges the completion creates beyond the gold's (restating a fact
+    already in ``context`` reinforces it and creates none).
+
+    >>> ctx = [["blorps", "eat", "figs"]]
+    >>> new_edges_cost(["<memory_write>blorps,eat,figs</memory_write><memory_write>a,b,c</memory_write>",
+    ...                 "<memory_write>a,b,c</memory_write><memory_write>d,e,f</memory_write>"],
+    ...                response="<memory_write>a,b,c</memory_write>", context=[ctx, ctx])
+    [0.0, -0.25]
+    """
+    return _graph_term("edges", completions, response, context, role, embedder, slack, scale, seed)
+
+
+def churn_cost(completions: Sequence, response: Sequence[str] | str | None = None,
+               context: Sequence | None = None, role: Sequence[str] | str | None = None, *,
+               embedder="hash", slack: int = 0, scale: float = 4.0, seed: int = 0, **kwargs) -> list[float]:
+    """Penalty in [-1, 0] for churn of existing facts beyond the gold's: facts of ``context`` the
+    completion invalidates (a new object for a single-valued relation) plus entity texts merged into an
+    existing node by similarity.
+
+    >>> ctx = [["blorps", "eat", "figs"], ["blorps", "live in", "caves"]]
+    >>> churn_cost(["<memory_write>blorps,eat,lemons</memory_write>", "<memory_write>blorps,fear,owls</memory_write>"],
+    ...            response="", context=[ctx, ctx])
+    [-0.25, 0.0]
+    """
+    return _graph_term("churn", completions, response, context, role, embedder, slack, scale, seed)
+
+
+def graph_cost_reward(completions: Sequence, response: Sequence[str] | str | None = None,
+                      context: Sequence | None = None, role: Sequence[str] | str | None = None, *,
+                      config: GraphCostConfig | None = None, embedder="hash", seed: int = 0,
+                      **weights) -> list[float]:
+    """Weighted mean in [-1, 0] of ``ops_cost``, ``new_nodes_cost``, ``new_edges_cost`` and
+    ``churn_cost``; the weights, ``slack`` and ``scale`` come from ``config`` or from keyword options
+    named like :class:`GraphCostConfig`'s fields (``get_reward("graph_cost", ops_weight=2.0)``).
+
+    >>> gold = "<memory_write>a,b,c</memory_write>"
+    >>> graph_cost_reward([gold, gold + "<memory_write>d,e,f</memory_write>"], response=gold, role="write",
+    ...                   ops_weight=1.0, nodes_weight=0.0, edges_weight=1.0, churn_weight=0.0)
+    [0.0, -0.25]
+    """
+    known = set(GraphCostConfig.__dataclass_fields__)
+    opts = {k: v for k, v in weights.items() if k in known}
+    if config is not None and opts:
+        raise ValueError(f"graph_cost takes a config or keyword weights, not both (got {sorted(opts)})")
+    cfg = config if config is not None else GraphCostConfig(**opts)
+    w = {"ops": cfg.ops_weight, "nodes": cfg.nodes_weight, "edges": cfg.edges_weight, "churn": cfg.churn_weight}
+    names = tuple(k for k, v in w.items() if v > 0)
+    total = sum(w[k] for k in names)
+    out = []
+    for p, g in _graph_terms(completions, response, context, role, embedder, seed, names):
+        s = sum(w[k] * _excess_penalty(p[k], g[k], cfg.slack, cfg.scale) for k in names)
+        out.append(round(s / total, 4))
+    return out
+
+
+# -- outcome rewards (the seeds' prediction term) -------------------------------------------------
+
+
+def _outcome(completions, scenario, reader, model, n_threads, memory_fn) -> list[float]:
+    from .data import outcome
+
+    n = len(completions)
+    if scenario is None:
+        raise ValueError("the outcome rewards need the dataset column 'scenario' (rows from "
+                         "mags_lib.data.outcome.build_outcome_rows)")
+    scenarios = _column(scenario, n, "scenario")
+    read = outcome.resolve_reader(reader, model=model, n_threads=n_threads)
+    out = []
+    for c, sc in zip(completions, scenarios):
+        sc = outcome.parse_scenario(sc)
+        out.append(outcome.score_questions(read, sc, memory_fn(completion_text(c), sc)))
+    return out
+
+
+def outcome_write_reward(completions: Sequence, scenario: Sequence | None = None, *, reader="llamacpp",
+                         model=None, n_threads: int = 1, embedder="minilm", seed: int = 0,
+                         **kwargs) -> list[float]:
+    """Write role, in [0, 1]: the share of the ``scenario``'s questions a frozen ``reader`` answers
+    correctly (the game's rule) from the current facts of a graph of the scenario's prior memory after
+    the completion's writes are stored (:func:`mags_lib.data.outcome.write_memory`). ``reader`` is
+    ``"llamacpp"`` (the answer prompt of ``ROLE_SPECS`` on ``model``, default the embedded SmolLM2,
+    loaded once per process with ``n_threads``) or a callable ``reader(question, items) -> answer``.
+
+    >>> sc = {"memory": [["blorps", "live in", "caves"]], "questions": [{"question": "Where do blorps live?",
+    ...       "aliases": ["copper mines"]}]}
+    >>> def oracle(q, items):   # exact lookup of the (subject, relation) the question needs
+    ...     return next((t[len("blorps live in "):] for t in items if t.startswith("blorps live in ")), "")
+    >>> outcome_write_reward(["<memory_write>blorps,live in,copper mines</memory_write>", "junk"],
+    ...                      scenario=[sc, sc], reader=oracle, embedder="hash")
+    [1.0, 0.0]
+    """
+    from .data.outcome import write_memory
+
+    emb = resolve_embedder(embedder)
+    return _outcome(completions, scenario, reader, model, n_threads,
+                    lambda text, sc: write_memory(text, sc, embedder=emb, seed=seed))
+
+
+def outcome_ask_reward(completions: Sequence, scenario: Sequence | None = None, *, reader="llamacpp",
+                       model=None, n_threads: int = 1, embedder="minilm", k: int = 1, max_queries: int = 8,
+                       seed: int = 0, **kwargs) -> list[float]:
+    """Ask role, in [0, 1]: the share of the ``scenario``'s questions the ``reader`` answers from the
+    facts the completion's queries recall (top-``k`` per query) from a graph of the scenario's memory
+    (:func:`mags_lib.data.outcome.ask_memory`); no query recalls nothing. ``reader`` as in
+    :func:`outcome_write_reward`.
+
+    >>> sc = {"memory": [["blorps", "eat", "frozen lemons"], ["Odalie", "works as", "glassblower"]],
+    ...       "questions": [{"question": "What do blorps eat?", "aliases": ["frozen lemons"]}]}
+    >>> def reader(q, items):   # answers with whatever it was shown
+    ...     return "; ".join(items) or "I don't know"
+    >>> outcome_ask_reward(["<memory_ask>blorps eat</memory_ask>", "<memory_ask>Odalie job</memory_ask>", ""],
+    ...                    scenario=[sc] * 3, reader=reader, embedder="hash")
+    [1.0, 0.0, 0.0]
+    """
+    from .data.outcome import ask_memory
+
+    emb = resolve_embedder(embedder)
+    return _outcome(completions, scenario, reader, model, n_threads,
+                    lambda text, sc: ask_memory(text, sc, embedder=emb, k=k, max_queries=max_queries, seed=seed))
+
+
+# -- watching the signal (issue 15, item 4) -------------------------------------------------------
+
+
+def _curve(rows: list[dict], name: str) -> dict | None:
+    v = []
+    for r in rows:
+        x = r.get(name)
+        if x in (None, ""):
+            continue
+        try:
+            v.append(float(x))
+        except (TypeError, ValueError):
+            raise ValueError(f"log column {name!r} holds a non-number: {x!r:.40}") from None
+    if not v:
+        return None
+    return {"first": v[0], "last": v[-1], "mean": sum(v) / len(v), "max": max(v), "n": len(v)}
+
+
+def _norm_words(text: str) -> str:
+    return " ".join("".join(ch if ch.isalnum() else " " for ch in text.lower()).split())
+
+
+def signal_report(log, samples: Sequence[Mapping] | None = None, *, min_reward: float = 0.5,
+                  copy_chars: int = 16, max_examples: int = 3) -> dict:
+    """The GRPO signal of one run: zero-variance share, KL and reward curves from ``log`` (the stage's
+    ``log.csv`` path, or its rows as dicts), and reward-hacking patterns in sampled completions.
+
+    ``samples`` (optional) are mappings with ``completion`` (text), ``reward`` (its total reward),
+    ``input`` (the user text) and ``role``. A sample is flagged when it
+
+    * ``empty_scores``: holds no operation of its role yet earns ``reward >= min_reward``;
+    * ``degenerate``: one word fills more than half of its (at least 8) words, or a tag's content
+      repeats itself;
+    * ``repeated_tags``: stores the same operation twice or more;
+    * ``copies_input``: one operation's content is (normalised) the whole input, or holds a
+      ``copy_chars``-character run of the input verbatim and more than 80 % of the input's words.
+
+    Returns ``{"zero_std": curve, "kl": curve, "reward": curve, "n_samples", "flags": {name: count},
+    "hacking": share of samples with a flag and reward >= min_reward, "examples": {name: [texts]}}``
+    (a curve: first, last, mean, max, n; None when the column is absent).
+
+    >>> rep = signal_report([{"step": 1, "reward": .2, "kl": 0.0, "frac_reward_zero_std": .5},
+    ...                      {"step": 2, "reward": .4, "kl": .01, "frac_reward_zero_std": .25}],
+    ...                     [{"role": "ask", "input": "What do blorps eat?", "reward": 1.0, "completion": ""}])
+    >>> rep["zero_std"]["mean"], rep["kl"]["last"], rep["flags"]["empty_scores"], rep["hacking"]
+    (0.375, 0.01, 1, 1.0)
+    """
+    import csv
+    from pathlib import Path
+
+    if isinstance(log, (str, Path)):
+        path = Path(log)
+        if not path.is_file():
+            raise FileNotFoundError(f"no GRPO log at {path}: pass the stage folder's log.csv")
+        with open(path, newline="") as f:
+            rows = list(csv.DictReader(f))
+    else:
+        rows = [dict(r) for r in (log or [])]
+    out: dict[str, Any] = {"zero_std": _curve(rows, "frac_reward_zero_std"), "kl": _curve(rows, "kl"),
+                           "reward": _curve(rows, "reward")}
+    names = ("empty_scores", "degenerate", "repeated_tags", "copies_input")
+    flags = dict.fromkeys(names, 0)
+    examples: dict[str, list[str]] = {n: [] for n in names}
+    hacked = 0
+    samples = list(samples or [])
+    for i, smp in enumerate(samples):
+        if not isinstance(smp, Mapping) or "completion" not in smp or "reward" not in smp:
+            raise ValueError(f"sample #{i} needs 'completion' and 'reward' (and 'input', 'role'), got {smp!r:.80}")
+        text = completion_text(smp["completion"])
+        reward = float(smp["reward"])
+        ops = protocol.parse(text, role=smp.get("role"), mode="lenient").ops
+        contents = [_norm_words(op.content) for op in ops]
+        words = _norm_words(text).split()
+        hit = set()
+        if not ops and reward >= min_reward:
+            hit.add("empty_scores")
+        if (len(words) >= 8 and max(words.count(w) for w in set(words)) > len(words) / 2) or any(
+                len(c.split()) >= 4 and len(set(c.split())) <= len(c.split()) / 2 for c in contents):
+            hit.add("degenerate")
+        if len(contents) != len(set(contents)):
+            hit.add("repeated_tags")
+        inp = _norm_words(str(smp.get("input") or ""))
+        inp_words = inp.split()
+        for c in contents:
+            verbatim = len(c) >= copy_chars and any(c[j:j + copy_chars] in inp for j in range(len(c) - copy_chars + 1))
+            covered = sum(w in c.split() for w in inp_words) > 0.8 * len(inp_words) if inp_words else False
+            if inp and (c == inp or (verbatim and covered)):
+                hit.add("copies_input")
+                break
+        for n in hit:
+            flags[n] += 1
+            if len(examples[n]) < max_examples:
+                examples[n].append(text)
+        hacked += bool(hit) and reward >= min_reward
+    out.update(n_samples=len(samples), flags=flags, hacking=hacked / len(samples) if samples else None,
+               examples=examples)
+    return out
+
+
 REGISTRY: dict[str, Callable[..., list[float]]] = {
     "format": format_reward,
     "role": role_reward,
@@ -318,6 +686,13 @@ REGISTRY: dict[str, Callable[..., list[float]]] = {
     "answer_correct": answer_correct_reward,
     "abstention": abstention_reward,
     "brevity": brevity_reward,
+    "ops_cost": ops_cost,
+    "new_nodes_cost": new_nodes_cost,
+    "new_edges_cost": new_edges_cost,
+    "churn_cost": churn_cost,
+    "graph_cost": graph_cost_reward,
+    "outcome_write": outcome_write_reward,
+    "outcome_ask": outcome_ask_reward,
 }
 
 

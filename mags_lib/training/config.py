@@ -24,8 +24,8 @@ from typing import Any
 from ..rewards import REGISTRY
 from ..roles import ROLE_NAMES
 
-__all__ = ["PROFILES", "GRPOConfig", "LoraSpec", "SFTConfig", "TrainConfig", "config_hash", "help_text",
-           "profile_config"]
+__all__ = ["OBJECTIVES", "PROFILES", "GRPOConfig", "LoraSpec", "SFTConfig", "TrainConfig", "config_hash",
+           "help_text", "profile_config", "with_objective"]
 
 PROFILES = ("smoke", "default", "full")
 
@@ -242,3 +242,48 @@ def profile_config(role: str, profile: str = "default", *, seed: int = 0, **over
                       grpo=GRPOConfig(rewards=rewards, reward_options=options, **v["grpo"]), n_eval=v["n_eval"],
                       eval_max_new_tokens=v.get("eval_max_new_tokens"), threads=v.get("threads"))
     return dataclasses.replace(cfg, **overrides) if overrides else cfg
+
+
+# Training objectives of issue 15, as OPTIONS on top of a profile (no profile uses them by default):
+# "imitation" the profile's own reward set (op F1 / exact F1 first), "graph_cost" the same plus the
+# graph regulariser (mags_lib.rewards.graph_cost) at a weight, "outcome" the prediction term (a frozen
+# reader answers a mini-scenario's questions; rows from mags_lib.data.outcome.build_outcome_rows, whose
+# GRPO rows carry the 'scenario' column) with the format and length shaping terms kept.
+OBJECTIVES = ("imitation", "graph_cost", "outcome")
+
+
+def with_objective(cfg: TrainConfig, objective: str, *, graph_cost_weight: float = 0.5,
+                   graph_cost_options: dict | None = None, reader_threads: int = 1) -> TrainConfig:
+    """``cfg`` with its GRPO rewards replaced by those of ``objective`` (see :data:`OBJECTIVES`).
+
+    >>> cfg = profile_config("write", "smoke")
+    >>> sorted(with_objective(cfg, "graph_cost", graph_cost_weight=0.25).grpo.rewards.items())[1]
+    ('format', 0.5)
+    >>> with_objective(cfg, "graph_cost", graph_cost_weight=0.25).grpo.rewards["graph_cost"]
+    0.25
+    >>> sorted(with_objective(cfg, "outcome").grpo.rewards)
+    ['format', 'length', 'outcome_write']
+    >>> with_objective(cfg, "imitation") == cfg
+    True
+    """
+    if objective not in OBJECTIVES:
+        raise ValueError(f"objective must be one of {OBJECTIVES}, got {objective!r}")
+    if cfg.grpo is None:
+        raise ValueError("with_objective needs a config with a GRPO stage (cfg.grpo is None)")
+    if objective == "imitation":
+        return cfg
+    rewards, options = dict(cfg.grpo.rewards), dict(cfg.grpo.reward_options)
+    if objective == "graph_cost":
+        if cfg.role != "write":
+            raise ValueError(f"the graph-cost objective scores stored operations: role 'write', got {cfg.role!r}")
+        if not graph_cost_weight > 0:
+            raise ValueError(f"graph_cost_weight must be > 0, got {graph_cost_weight!r}")
+        rewards["graph_cost"] = float(graph_cost_weight)
+        options["graph_cost"] = dict(graph_cost_options or {})
+    else:
+        if cfg.role not in ("write", "ask"):
+            raise ValueError(f"the outcome objective exists for the write and ask roles, got {cfg.role!r}")
+        name = f"outcome_{cfg.role}"
+        rewards = {name: 1.0, **{k: v for k, v in rewards.items() if k in ("format", "length")}}
+        options = {name: {"n_threads": int(reader_threads), "embedder": "minilm"}}
+    return dataclasses.replace(cfg, grpo=dataclasses.replace(cfg.grpo, rewards=rewards, reward_options=options))
