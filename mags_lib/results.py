@@ -450,9 +450,11 @@ def run_info(run: Path, state: Mapping | None = None) -> dict:
 
 # ------------------------------------------------------------------------------------------------
 # the README block
-def report_data(run_tag: str, results_root: Path | str | None = None) -> dict:
-    """What ``reports/<run_tag>.json`` holds: info, stage status, headline records."""
-    records, status, info = collect(run_tag, results_root)
+def report_data(run_tag: str, results_root: Path | str | None = None,
+                notebooks_dir: Path | str | None = None) -> dict:
+    """What ``reports/<run_tag>.json`` holds: info, stage status, headline records (the expected
+    stages are the notebooks of ``notebooks_dir``, default ``<project>/notebooks``)."""
+    records, status, info = collect(run_tag, results_root, notebooks_dir)
     clean = lambda df: json.loads(df.to_json(orient="records"))  # NaN -> null  # noqa: E731
     return {"format": FORMAT, **info, "status": clean(status), "records": clean(records)}
 
