@@ -8,6 +8,7 @@ every test here is marked slow. The fast checks of the same code are in test_exp
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from types import SimpleNamespace
 
@@ -53,6 +54,18 @@ def ref(work):
     b.texts = texts
     yield b
     b.close()
+
+
+def _link_gguf_tree(src, dst):
+    """A copy of an export folder whose .gguf files are hard links (the suite's disk footprint: three roles'
+    copies of every variant took 1.8 GB); the JSON files are real copies, so a test that edits one edits
+    its own."""
+    def link_or_copy(s, d):
+        if str(s).endswith(".gguf"):
+            os.link(s, d)
+        else:
+            shutil.copy2(s, d)
+    shutil.copytree(src, dst, copy_function=link_or_copy)
 
 
 def _agreement(backend, seqs, ref_top):
@@ -243,7 +256,7 @@ def test_mags_trained_models_run_on_the_exports_with_their_trained_prompts(work,
 
     runs = {r: _trained_run(tmp_path, r, "t2", work.adapter) for r in ("ask", "write", "answer")}
     for run in runs.values():
-        shutil.copytree(work.gguf, run / "gguf")  # the same adapter: the export of the module fixture
+        _link_gguf_tree(work.gguf, run / "gguf")  # the same adapter: the export of the module fixture
     with MAGS.default(models="trained", trained_tag="t2", models_root=tmp_path, embedder="hash", n_threads=1,
                       n_ctx=1024) as m:
         assert {r: m.model_paths[r] for r in runs} == {r: str(run / "gguf" / E.FILES["q8_0"])
@@ -273,7 +286,7 @@ def test_parity_table_and_manifest_record(work, tmp_path):
     lines = (tmp_path / "parity_write.jsonl").read_text().splitlines()
     assert len(lines) == 1 + 2 and "f16" in json.loads(lines[1])
     copy = tmp_path / "gguf"
-    shutil.copytree(work.gguf, copy)
+    _link_gguf_tree(work.gguf, copy)
     E.record_parity(copy, parity_summary(df))
     assert E.read_manifest(copy)["parity"]["f16"]["top1_agreement"] >= 0.98
 
