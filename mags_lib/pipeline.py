@@ -64,6 +64,7 @@ import contextlib
 import dataclasses
 import datetime as _dt
 import difflib
+import fcntl
 import functools
 import glob
 import hashlib
@@ -710,6 +711,32 @@ def _write_json_atomic(path: Path, data: dict) -> None:
     os.replace(tmp, path)
 
 
+def _save_state(path: Path, state: dict, key: str | None = None) -> None:
+    """Write ``state`` to ``path``, keeping what another pipeline on the same run tag wrote meanwhile.
+
+    Two runs on one run tag (e.g. ``--only 30`` and ``--only 45`` side by side, one per core) each
+    hold the state they loaded; writing it whole would erase the other's records. Under an exclusive
+    lock the file is read back, this run's record ``key`` (``None``: none, only the run-level fields)
+    replaces its entry, every other record is taken from the file, and ``state`` is refreshed in place
+    with the result, so later upstream hashes see the other run's progress.
+    """
+    with open(path.with_name(f".{path.name}.lock"), "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            disk = _load_state(path)
+            records = state["notebooks"]
+            merged = dict(disk["notebooks"]) if disk is not None else {}
+            if key is not None:
+                merged[key] = records[key]  # the same object: the caller keeps updating it
+            elif disk is None:
+                merged = dict(records)
+            records.clear()
+            records.update(merged)
+            _write_json_atomic(path, state)
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
 def _load_state(path: Path) -> dict | None:
     if not path.exists():
         return None
@@ -1090,7 +1117,7 @@ def run_pipeline(
                  "created": _now(), "notebooks": {}}
     state.update(seed=seed, updated=_now(), command=list(command) if command else None,
                  results_root=str(results_root))
-    _write_json_atomic(state_path, state)
+    _save_state(state_path, state)
 
     with _kernel_env(results_root):
         _run_jobs(jobs, all_nbs, matrices, specs, state, state_path, run_dir, results_root,
@@ -1151,7 +1178,7 @@ def _run_jobs(jobs, all_nbs, matrices, specs, state, state_path, run_dir, result
         if job.point:
             rec["matrix"] = job.point
         records[job.key] = rec
-        _write_json_atomic(state_path, state)
+        _save_state(state_path, state, job.key)
         say(f"[run {n}/{len(jobs)}] {job.key} -> {out_dir}")
         relay = _Relay(log) if progress else None
         trace = out_dir / f".{nb.name}.imports.tmp"
@@ -1195,13 +1222,13 @@ def _run_jobs(jobs, all_nbs, matrices, specs, state, state_path, run_dir, result
             else:
                 say(f"  note: the kernel did not report the library modules it imported; {job.key} "
                     "will run again next time")
-            _write_json_atomic(state_path, state)
+            _save_state(state_path, state, job.key)
             say(f"[done {n}/{len(jobs)}] {job.key}: {rec['wall_time_s']} s, kernel peak "
                 f"{rec['peak_mem_mb']} MB -> {out_nb}")
             continue
         if isinstance(error, KeyboardInterrupt):
             rec["status"] = "interrupted"
-            _write_json_atomic(state_path, state)
+            _save_state(state_path, state, job.key)
             raise error
         label = nb.path.name + (f" ({', '.join(f'{k}={v}' for k, v in job.point.items())})"
                                 if job.point else "")
@@ -1221,7 +1248,7 @@ def _run_jobs(jobs, all_nbs, matrices, specs, state, state_path, run_dir, result
             msg = (f"notebook {label} could not be executed{where}\n"
                    f"  {type(error).__name__}: {error}")
         rec["status"] = "failed"
-        _write_json_atomic(state_path, state)
+        _save_state(state_path, state, job.key)
         done = [k for k, r in records.items() if r.get("status") == "done"]
         msg += (f"\n  executed copy (outputs up to the failure): {out_nb}"
                 f"\n  kept: {', '.join(done) if done else 'nothing finished'}"

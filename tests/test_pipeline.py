@@ -630,3 +630,22 @@ def test_relay_indents_every_line_and_redraw():
     err.write("x")
     relay.end_line()
     assert out.getvalue() == "> a\n> bc\r>  50%\r> 100%\n> printed\n> x\n"
+
+
+def test_two_pipelines_on_one_run_tag_keep_each_others_records(tmp_path):
+    """Two runs on one run tag (--only 30 and --only 45 side by side) each write their own record; neither
+    erases the other's, and each sees the other's progress after its next write."""
+    path = tmp_path / "pipeline.json"
+    start = {"version": 1, "run_tag": "t", "profile": "default", "notebooks": {"00_a": {"status": "done"}}}
+    path.write_text(json.dumps(start))
+    a, b = pipeline._load_state(path), pipeline._load_state(path)  # both loaded before either writes
+    rec_a = a["notebooks"]["30_x"] = {"status": "running"}
+    pipeline._save_state(path, a, "30_x")
+    b["notebooks"]["45_y"] = {"status": "running"}
+    pipeline._save_state(path, b, "45_y")
+    assert set(b["notebooks"]) == {"00_a", "30_x", "45_y"}  # b now sees a's run
+    rec_a["status"] = "done"  # a finishes, holding its own record object
+    pipeline._save_state(path, a, "30_x")
+    disk = json.loads(path.read_text())["notebooks"]
+    assert disk == {"00_a": {"status": "done"}, "30_x": {"status": "done"}, "45_y": {"status": "running"}}
+    assert a["notebooks"]["30_x"] is rec_a and a["notebooks"] == disk
