@@ -482,7 +482,7 @@ class MAGS:
         """A MAGS system on the embedded models (CPU, llama.cpp, fresh graph).
 
         Every keyword is a :class:`MAGSConfig` field, e.g. ``backend="transformers"``,
-        ``models="trained"``, ``write_model="models/trained/write/run1/model.gguf"``,
+        ``models="trained"`` (with ``trained_tag="default"``), ``write_model="models/write/run1/gguf/model-q8_0.gguf"``,
         ``dynamics=False`` or ``dynamics={"game_of_life": False}``, ``recall_k=5``,
         ``memory_token_budget=128``, ``router="model"``, ``embedder="hash"``.
         The models are checked now (a missing one raises at once) and loaded on first use.
