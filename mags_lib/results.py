@@ -184,6 +184,12 @@ def _x30(d: Mapping, src: str) -> list:
         for variant, p in variants.items():
             out.append(record(f"{role} {variant} top-1 agreement", p.get("top1_agreement"), "share",
                               n=p.get("n_positions"), source=src))
+            # the exported file's quality on the same held-out prompts (the role's metrics; None: not its role)
+            for key, label, unit in (("adherence", "adherence", "share"), ("op_f1", "op F1", "F1"),
+                                     ("accuracy", "answer accuracy", "accuracy")):
+                if _num(p.get(key)) is not None:
+                    out.append(record(f"{role} {variant} {label}", p.get(key), unit, n=p.get("n_prompts"),
+                                      source=src))
     for role, s in (d.get("export_seconds") or {}).items():
         out.append(record(f"{role} export", s, "s", source=src))
     for row in d.get("switch") or []:
@@ -207,6 +213,24 @@ def _x45(d: Mapping, src: str) -> list:
     p0, p1 = _num((d.get("before") or {}).get("perplexity")), _num((d.get("after") or {}).get("perplexity"))
     out.append(record("perplexity change (after - before)", None if p0 is None or p1 is None else p1 - p0,
                       "perplexity", source=src))
+    for when in ("before", "after"):
+        ob = (d.get(when) or {}).get("open_book") or {}
+        if _num(ob.get("accuracy")) is not None:
+            out.append(record(f"open-book accuracy {when}", ob.get("accuracy"), "accuracy", n=ob.get("n"), source=src))
+        ar = (d.get(when) or {}).get("answer_role") or {}
+        if _num(ar.get("accuracy")) is not None:
+            out.append(record(f"answer role accuracy {when}", ar.get("accuracy"), "accuracy", n=ar.get("n"),
+                              source=src))
+    neg = (d.get("after") or {}).get("negatives") or {}
+    if _num(neg.get("accuracy")) is not None:
+        out.append(record("abstains on facts not consolidated, after", neg.get("accuracy"), "accuracy",
+                          n=neg.get("n"), source=src))
+    ch = d.get("changed") or {}
+    if ch.get("n"):
+        out.append(record("changed facts: open-book answers the new value", ch.get("open_book_new"), "share",
+                          n=ch.get("n"), source=src))
+        out.append(record("changed facts: closed-book answers the old value", ch.get("closed_book_old"), "share",
+                          n=ch.get("n"), source=src))
     out.append(record("consolidation", (d.get("consolidation") or {}).get("seconds"), "s", source=src))
     return out
 

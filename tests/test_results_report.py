@@ -158,6 +158,8 @@ def test_extract_30_export():
     assert recs["llamacpp adapter switch p50"]["value"] == pytest.approx(7.8537e-05, rel=1e-4)
     assert recs["ask p50"]["value"] == pytest.approx(0.8378, abs=1e-4)
     assert recs["observe p50"]["value"] == pytest.approx(1.7618, abs=1e-4)
+    assert recs["ask q8_0 adherence"]["value"] == 0.0 and recs["ask q8_0 op F1"]["n"] == 2
+    assert "ask q8_0 answer accuracy" not in recs  # a null metric (not the role's) is no record
 
 
 def test_extract_45_consolidation():
@@ -166,6 +168,10 @@ def test_extract_45_consolidation():
     assert recs["closed-book accuracy after"]["n"] == 6
     assert recs["perplexity change (after - before)"]["value"] == pytest.approx(52.9803 - 55.0998, abs=1e-3)
     assert recs["consolidation"]["value"] == 36.16
+    assert recs["open-book accuracy before"]["value"] == pytest.approx(1 / 3)
+    assert recs["open-book accuracy after"]["n"] == 3
+    assert recs["abstains on facts not consolidated, after"]["value"] == 0.0
+    assert recs["changed facts: open-book answers the new value"]["n"] == 2
 
 
 def test_extract_50_game_with_intervals():
