@@ -181,6 +181,29 @@ def test_traversal_bounded_by_product_of_strengths(traversal):
     assert {it.edge_id for it in g.recall("a", k=10, config=cfg3).items} == {ab}
 
 
+def test_branch_choice_out_of_a_hub_is_query_aware():
+    # A hub with 40 facts: 39 strong "likes" facts and one weak allergy. The hub is the only anchor
+    # (n_anchors=1) and the allergy's object shares nothing with the query, so the only route to
+    # the allergy is the hub's branch choice: the 8 strongest edges never include it, the
+    # query-aware choice (cos(query, relation + neighbour)) does, within the same bound.
+    rng = np.random.default_rng(0)
+    things = ["".join(rng.choice(list("bdfgklmnprstvz"), 3)) + "ix" + str(i) for i in range(39)]
+    g = hash_graph(gat=False)
+    rep = g.engram([("Caroline", "likes", t) for t in things] + [("Caroline", "is allergic to", "penicillin")],
+                   source="D1:1")
+    *likes, allergy = rep.new_edges
+    g.edges.strength[likes] = np.linspace(0.5, 0.9, len(likes))
+    g.edges.strength[allergy] = 0.1  # said once, long ago: the weakest edge of the hub
+    cfg = RecallConfig(n_anchors=1, touch=False, coactivation=False)
+    res = g.recall("what is Caroline allergic to", k=5, config=cfg)
+    assert res.trace.anchor_ids == [g.find("Caroline")]
+    assert res.items[0].edge_id == allergy
+    assert len(res.trace.edge_weights) == cfg.max_branch  # the bound holds: 8 of the hub's 40 edges
+    strength_only = g.recall("what is Caroline allergic to", k=5, config=replace(cfg, branch_query_weight=0.0))
+    assert allergy not in {it.edge_id for it in strength_only.items}
+    assert set(strength_only.trace.edge_weights) == set(likes[-cfg.max_branch:])  # the 8 strongest
+
+
 def test_recall_direction_out_only():
     g, (ab, bc, cd) = chain_graph()
     cfg = RecallConfig(n_anchors=1, min_path_strength=0.01, direction="out", touch=False, coactivation=False)

@@ -315,5 +315,7 @@ def test_config_validation_messages():
         from mags_lib.graph import RecallConfig
 
         RecallConfig(traversal="random")
+    with pytest.raises(ValueError, match="branch_query_weight"):
+        RecallConfig(branch_query_weight=1.5)
     with pytest.raises(TypeError):
         GraphConfig(dynamics={"decay": False})

@@ -274,7 +274,9 @@ class RecallConfig:
     traversal: str = "bfs"  # "bfs" or "dfs"
     min_path_strength: float = 0.05  # stop a path when the product of its edge strengths falls below
     max_depth: int = 3  # hops from an anchor
-    max_branch: int = 8  # strongest edges followed out of one node
+    max_branch: int = 8  # edges followed out of one node (the best by branch_query_weight's order)
+    branch_query_weight: float = 0.7  # a node with more than max_branch edges to follow: follow those with
+    # the best (1 - w) * strength + w * cos(query, e_relation + e_neighbour); 0: the strongest (ablation)
     max_visits: int = 64  # edges expanded per anchor (latency bound)
     direction: str = "both"  # follow edges "out" of a node only, or "both" ways
     relevance_weight: float = 0.7  # score = ((1-w) * anchor_sim * path + w * relevance) * (1 + confidence) / 2
@@ -301,6 +303,7 @@ class RecallConfig:
         if self.direction not in ("out", "both"):
             raise ValueError(f"direction must be 'out' or 'both', got {self.direction!r}")
         _check_unit("relevance_weight", self.relevance_weight)
+        _check_unit("branch_query_weight", self.branch_query_weight)
         _check_unit("max_episode_share", self.max_episode_share)
 
 

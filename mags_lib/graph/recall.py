@@ -10,8 +10,13 @@ For each query:
    ``w = coverage_weight``, so a candidate whose neighbourhood another anchor already covers loses
    up to ``w`` of its similarity;
 3. **traverse** from each anchor, breadth-first or depth-first, following at most ``max_branch``
-   strongest edges per node while the product of edge strengths along the path stays at or above
-   ``min_path_strength`` (and at most ``max_depth`` hops, ``max_visits`` edges per anchor);
+   edges per node while the product of edge strengths along the path stays at or above
+   ``min_path_strength`` (and at most ``max_depth`` hops, ``max_visits`` edges per anchor). Out of a
+   node with more followable edges than ``max_branch`` (a hub), the branch choice is query-aware:
+   the edges with the best ``(1 - b) * strength + b * cos(query, e_relation + e_neighbour)``, ``b =
+   branch_query_weight``, so a weak fact that answers the query is not crowded out by strong ones
+   that do not (``b = 0``: the strongest, the ablation). The extra cost is one product per hub
+   edge; elsewhere edges are taken strongest first;
 4. **score** every reached fact edge and episode:
    ``((1 - r) * anchor_sim * path_weight + r * relevance) * (1 + confidence) / 2`` with ``r =
    relevance_weight``, ``path_weight`` the product of strengths from the anchor to the item (the
@@ -97,6 +102,16 @@ def choose_anchors(candidates: Sequence[int], similarities: Sequence[float], rea
     return out
 
 
+def _branch_relevance(g, q: np.ndarray, eids: np.ndarray, nbrs: np.ndarray) -> np.ndarray:
+    """Cosine between query ``q`` and ``e_relation + e_neighbour`` for each edge out of one node.
+
+    The node itself is left out: every edge out of it shares it, so it would not tell them apart.
+    """
+    R = g._rel_emb[g.edges.rel[eids]]
+    V = g._emb[nbrs]
+    return (R @ q + V @ q) / np.sqrt(np.maximum(2.0 + 2.0 * np.einsum("ij,ij->i", R, V), 1e-9))
+
+
 def recall(g, query: str | Sequence[str], k: int = 10, query_embeddings: np.ndarray | None = None,
            config: RecallConfig | None = None) -> Recall:
     """Recall from graph ``g`` (the :meth:`LiquidGraph.recall` logic, unlogged).
@@ -167,6 +182,7 @@ def recall(g, query: str | Sequence[str], k: int = 10, query_embeddings: np.ndar
     both = cfg.direction == "both"
     thr = cfg.min_path_strength
     max_depth, max_branch, max_visits = cfg.max_depth, cfg.max_branch, cfg.max_visits
+    bq = cfg.branch_query_weight
     dfs = cfg.traversal == "dfs"
     with_eps = cfg.include_episodes
     # key: edge id (fact) or -1 - node (episode) -> (weight, anchor_sim, query, path nodes, path edges)
@@ -193,16 +209,22 @@ def recall(g, query: str | Sequence[str], k: int = 10, query_embeddings: np.ndar
             if not inc:
                 continue
             if len(inc) > 1:
-                ws = strength[[e for e, _ in inc]].tolist()
-                # strongest first; equal strengths by edge id (a property of the data, not of history)
-                order = sorted(range(len(inc)), key=lambda j: (-ws[j], inc[j][0]))[:max_branch]
+                eids = np.fromiter((e for e, _ in inc), dtype=np.int64, count=len(inc))
+                ws = strength[eids]
+                ok = np.flatnonzero(ws * w >= thr)  # edges the path can still follow
+                if ok.size > max_branch and bq > 0.0:
+                    key = (1.0 - bq) * ws[ok] + bq * _branch_relevance(
+                        g, Q[qi], eids[ok], np.fromiter((inc[j][1] for j in ok.tolist()), dtype=np.int64))
+                else:  # strongest first (the order when every edge fits, and the ablation)
+                    key = ws[ok]
+                # best first; ties by edge id (a property of the data, not of history)
+                order = ok[np.lexsort((eids[ok], -key))[:max_branch]].tolist()
                 cand = [(inc[j][0], inc[j][1], float(ws[j]) * w) for j in order]
             else:
-                cand = [(inc[0][0], inc[0][1], float(strength[inc[0][0]]) * w)]
+                w2 = float(strength[inc[0][0]]) * w
+                cand = [(inc[0][0], inc[0][1], w2)] if w2 >= thr else []
             nexts = []
             for e, v, w2 in cand:
-                if w2 < thr:
-                    break
                 if e in seen_edges or v in pnodes:
                     continue
                 seen_edges.add(e)
@@ -224,7 +246,7 @@ def recall(g, query: str | Sequence[str], k: int = 10, query_embeddings: np.ndar
                 if visits >= max_visits:
                     break
             if dfs:
-                nexts.reverse()  # strongest explored first
+                nexts.reverse()  # best explored first
             frontier.extend(nexts)
     trace.edge_weights = {int(e): float(w) for e, w in edge_w.items()}
     trace.node_weights = {g.node_id(n): float(w) for n, w in node_w.items()}
