@@ -6,7 +6,7 @@ import networkx as nx
 import numpy as np
 import pytest
 
-from mags_lib.graph import DynamicsConfig, GraphConfig, LiquidGraph, TableEmbedder, core_numbers
+from mags_lib.graph import DynamicsConfig, EngramConfig, GraphConfig, LiquidGraph, TableEmbedder, core_numbers
 from mags_lib.graph.dynamics import STEPS
 
 ALL_OFF = {s: False for s in STEPS}
@@ -35,7 +35,9 @@ def S(g, e):
 # ------------------------------------------------------------------------------------------------
 def test_decay_with_recency_correction():
     # two edges at strength 0.5; one used just now (age 0), one long ago (age 100); one permanent
-    g, ids = make([("a", "r", "b", 0.5), ("c", "r", "d", 0.5), ("e", "r", "f", 0.5)])
+    # (rate 0.05 and no salience protection: the recency rule alone, with round numbers)
+    g, ids = make([("a", "r", "b", 0.5), ("c", "r", "d", 0.5), ("e", "r", "f", 0.5)],
+                  dyn=DynamicsConfig(decay_rate=0.05, salience_protection=0.0))
     g.tick = 100
     g.edges.last_used[ids[("a", "b")]] = 100  # age 0: protection 0.8 -> factor 1 - 0.05 * 0.2 = 0.99
     g.edges.last_used[ids[("c", "d")]] = 0  # age 100: protection 0.8 * e^-20 ~ 0 -> factor 0.95
@@ -260,7 +262,9 @@ def test_promote_and_working_capacity():
 
 
 def test_prune_weak_inactive_isolated_and_permanent_exempt():
-    g, ids = make([("a", "r", "b", 0.04), ("c", "r", "d", 0.06), ("e", "r", "f", 0.01), ("g", "r", "h", 0.5)])
+    # the rules themselves: keep_evidence off (it spares the ends of valid facts, tested below)
+    g, ids = make([("a", "r", "b", 0.04), ("c", "r", "d", 0.06), ("e", "r", "f", 0.01), ("g", "r", "h", 0.5)],
+                  dyn=DynamicsConfig(keep_evidence=False))
     g.edges.permanent[ids[("e", "f")]] = True
     g.set_permanent(g.find("a"))
     g.tick = 1
@@ -278,6 +282,105 @@ def test_prune_weak_inactive_isolated_and_permanent_exempt():
     assert g.find("g") is None and g.find("h") is None
     assert g.find("c") is not None and g.find("a") is not None
     assert rep.steps["prune"]["inactive_nodes"] >= 2
+
+
+def test_salience_protects_from_decay_hand_values():
+    # factor = 1 - 0.01 * (1 - 0.8 * salience) for edges last used long ago (no recency protection);
+    # salience = max(min over the ends of max(importance, surprise), uses / (uses + 2))
+    g, ids = make([("a", "r", "b", 0.5), ("c", "r", "d", 0.5), ("e", "r", "f", 0.5), ("h", "r", "i", 0.5),
+                   ("j", "r", "k", 0.5)])
+    nd, k = g.nodes, g._entity_key
+    nd.importance[:], nd.surprise[:] = 0.3, 0.0  # the engram default importance, no surprise
+    nd.importance[[k["c"], k["d"]]] = 0.9  # observed as important: both ends
+    nd.surprise[[k["e"], k["f"]]] = 1.0  # a contradiction's surprise: both ends
+    g.edges.uses[ids[("h", "i")]] = 6  # used six times: 6 / 8
+    nd.importance[k["j"]] = 1.0  # one important end (a hub) does not make its every fact salient
+    g.tick = 100
+    g.maintain(steps=["decay"])
+    for pair, sal in [(("a", "b"), 0.3), (("c", "d"), 0.9), (("e", "f"), 1.0), (("h", "i"), 0.75), (("j", "k"), 0.3)]:
+        assert S(g, ids[pair]) == pytest.approx(0.5 * (1 - 0.01 * (1 - 0.8 * sal))), pair
+    # off: every edge decays at the full rate
+    g2, ids2 = make([("c", "r", "d", 0.5)], dyn=DynamicsConfig(salience_protection=0.0))
+    g2.nodes.importance[:] = 0.9
+    g2.tick = 100
+    g2.maintain(steps=["decay"])
+    assert S(g2, ids2[("c", "d")]) == pytest.approx(0.495)
+
+
+def test_salient_facts_keep_their_strength_and_escape_pruning():
+    # keep_salience 0.6: a fact whose ends were observed as important (0.9) decays no lower than
+    # keep_strength (0.1) and is not pruned below prune_strength; a plain fact and an association
+    # edge between important nodes are
+    g, ids = make([("a", "r", "b", 0.101), ("c", "r", "d", 0.04), ("x", "r", "y", 0.101), ("p", "r", "q", 0.04)],
+                  dyn=DynamicsConfig(decay_rate=0.5, salience_protection=0.0))
+    nd, k = g.nodes, g._entity_key
+    nd.importance[:], nd.surprise[:] = 0.3, 0.0
+    for name in "abcdpq":
+        nd.importance[k[name]] = 0.9
+    g.edges.kind[ids[("p", "q")]] = 1  # an association edge (EDGE_ASSOC): facts only are kept
+    g.tick = 100
+    g.maintain(steps=["decay"])
+    assert S(g, ids[("a", "b")]) == pytest.approx(0.1)  # 0.101 * 0.5 floored at keep_strength
+    assert S(g, ids[("x", "y")]) == pytest.approx(0.0505)  # plain: halved
+    assert S(g, ids[("c", "d")]) == pytest.approx(0.04)  # already below the floor: stays where it is
+    rep = g.maintain(steps=["prune"])
+    alive = {p: bool(g.edges.alive[e]) for p, e in ids.items()}
+    assert alive == {("a", "b"): True, ("c", "d"): True, ("x", "y"): True, ("p", "q"): False}
+    assert rep.steps["prune"]["salient_kept"] == 1  # c-d: 0.04 < 0.05 but salient
+    g3, ids3 = make([("c", "r", "d", 0.04)], dyn=DynamicsConfig(keep_salience=None))
+    g3.nodes.importance[:] = 0.9
+    g3.maintain(steps=["prune"])
+    assert not g3.edges.alive[ids3[("c", "d")]]  # off: pruned like any weak edge
+
+
+def test_prune_keeps_the_last_evidence_of_a_valid_fact():
+    # Four idle episodes without edges (episode links off): A and B both said fact F1, C alone said
+    # F2, D said nothing. At tick 60 all four are inactive. One of A/B (the first, A) stays for F1,
+    # C stays for F2, D goes; once F2 is forgotten, C goes too. The fact ends stay while F1 and F2
+    # are valid (the inactive rule no longer removes them).
+    cfg = GraphConfig(engram=EngramConfig(gat=False, link_episodes=False))
+    g = LiquidGraph(TableEmbedder({}, dim=64), config=cfg)
+    a, b, c, d = (g.add_episode(t, source=f"S{i}") for i, t in enumerate(["A", "B", "C", "D"]))
+    f1 = g.engram([("alice", "owns", "kite")], episode=a).new_edges[0]
+    assert g.engram([("alice", "owns", "kite")], episode=b).reinforced_edges == [f1]
+    f2 = g.engram([("bob", "owns", "drum")], episode=c).new_edges[0]
+    g.tick = 60
+    rep = g.maintain(steps=["prune"])
+    alive = {ep: bool(g.nodes.alive[int(ep[2:])]) for ep in (a, b, c, d)}
+    assert alive == {a: True, b: False, c: True, d: False}
+    assert rep.steps["prune"]["evidence_kept"] == 2
+    assert all(g.find(x) is not None for x in ("alice", "kite", "bob", "drum"))
+    g.forget([f2])
+    g.maintain(steps=["prune"])
+    assert not g.nodes.alive[int(c[2:])]  # C went once its only fact did
+    assert g.find("bob") is None and g.find("alice") is not None
+    assert g.edge(f1)["valid"] and g.nodes.alive[int(a[2:])]
+    # keep_evidence off: every idle episode and every idle fact end goes
+    g2 = LiquidGraph(TableEmbedder({}, dim=64), config=replace(cfg, dynamics=DynamicsConfig(keep_evidence=False)))
+    eps = [g2.add_episode(t, source=f"S{i}") for i, t in enumerate(["A", "C"])]
+    g2.engram([("alice", "owns", "kite")], episode=eps[0])
+    g2.engram([("bob", "owns", "drum")], episode=eps[1])
+    g2.tick = 60
+    g2.maintain(steps=["prune"])
+    assert g2.stats()["n_nodes"] == 0
+
+
+def test_prune_capacity_keeps_the_last_evidence():
+    cfg = GraphConfig(engram=EngramConfig(gat=False, link_episodes=False), dynamics=DynamicsConfig(max_nodes=3))
+    g = LiquidGraph(TableEmbedder({}, dim=64), config=cfg)
+    ep = g.add_episode("Alice owns a kite.", source="S0")
+    g.engram([("alice", "owns", "kite")], episode=ep)
+    chat = [g.add_episode(f"chit-chat {i}", source=f"S{i + 1}") for i in range(3)]
+    nd = g.nodes
+    nd.importance[:] = 0.1
+    nd.importance[[g._idx(g.find("alice")), g._idx(g.find("kite"))]] = 0.9
+    nd.importance[g._idx(ep)] = 0.0  # the least important node: first in line for capacity
+    g2 = g.with_config(replace(cfg, dynamics=DynamicsConfig(max_nodes=3, keep_evidence=False)))
+    g.maintain(steps=["prune"])  # 6 nodes, 3 kept: the fact's only episode stays, the chit-chat goes
+    assert g.nodes.alive[int(ep[2:])] and g.stats()["n_nodes"] == 3
+    assert not any(g.nodes.alive[int(x[2:])] for x in chat)
+    g2.maintain(steps=["prune"])  # keep_evidence off: the least important go, the episode first
+    assert not g2.nodes.alive[int(ep[2:])] and g2.stats()["n_nodes"] == 3
 
 
 def test_prune_capacity_limits():
@@ -317,5 +420,12 @@ def test_config_validation_messages():
         RecallConfig(traversal="random")
     with pytest.raises(ValueError, match="branch_query_weight"):
         RecallConfig(branch_query_weight=1.5)
+    for bad in ({"salience_protection": 1.2}, {"salience_uses_half": 0.0}, {"keep_salience": -0.1},
+                {"keep_strength": 0.0}):
+        with pytest.raises(ValueError, match=next(iter(bad))):
+            DynamicsConfig(**bad)
+    with pytest.raises(TypeError, match="keep_evidence"):
+        DynamicsConfig(keep_evidence="yes")
+    assert DynamicsConfig(keep_salience=None).keep_salience is None  # None switches it off
     with pytest.raises(TypeError):
         GraphConfig(dynamics={"decay": False})

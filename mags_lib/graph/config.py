@@ -324,10 +324,16 @@ class DynamicsConfig:
     hebbian_rate: float = 0.2  # per activation: s += rate * (1 - s)
     anchor_link_strength: float = 0.1  # initial strength of a new anchor-anchor association edge
     reward_rate: float = 0.3  # reinforce(): s += rate * reward * (1 - s) (reward > 0) or s *= 1 + rate * reward
-    # decay
-    decay_rate: float = 0.05  # per tick: s *= 1 - rate * (1 - protection)
+    # decay (protection = the larger of recency and salience protection)
+    decay_rate: float = 0.01  # per tick: s *= 1 - rate * (1 - protection)
     recency_protection: float = 0.8  # share of decay cancelled for an edge used just now
     recency_tau: float = 5.0  # ticks over which the recency protection fades (exp(-age / tau))
+    salience_protection: float = 0.8  # share of decay cancelled for an edge of salience 1; salience = the larger
+    # of min over its ends of max(importance, surprise) and of its usage uses / (uses + salience_uses_half)
+    salience_uses_half: float = 2.0  # uses (recalls, restatements) at which usage counts as salience 0.5
+    keep_salience: float | None = 0.6  # fact edges at/above this salience decay no lower than keep_strength
+    # and are never pruned for weakness (capacity limits still apply); None: off
+    keep_strength: float = 0.1  # the strength salient facts keep (>= RecallConfig.min_path_strength: still followed)
     # Game-of-Life rule (live edge: strength >= gol_live_strength)
     gol_live_strength: float = 0.3
     gol_survive_min: int = 1  # fewer live edges: the node is lonely, its edges weaken
@@ -360,6 +366,8 @@ class DynamicsConfig:
     prune_strength: float = 0.05  # edges weaker than this are removed (permanent ones exempt)
     inactive_ticks: int = 50  # nodes not accessed for this many ticks ...
     inactive_max_degree: int = 1  # ... and with at most this many edges are removed
+    keep_evidence: bool = True  # never prune an episode that is the only live source of a valid fact, nor
+    # (as inactive) an end of a valid fact: a fact goes by its own strength, then its nodes as isolated
     isolated_grace: int = 1  # isolated nodes older than this many ticks are removed
     max_nodes: int | None = None  # capacity: nodes kept (least important non-permanent removed first)
     max_edges: int | None = None  # capacity: valid edges kept (weakest non-permanent removed first)
@@ -374,6 +382,11 @@ class DynamicsConfig:
         for name in ("anchor_link_strength", "gol_live_strength", "gol_birth_strength", "solidify_strength"):
             _check_unit(name, getattr(self, name), open_low=True)
         _check_unit("prune_strength", self.prune_strength, open_high=True)
+        _check_unit("salience_protection", self.salience_protection)
+        _check_pos("salience_uses_half", self.salience_uses_half)
+        if self.keep_salience is not None:
+            _check_unit("keep_salience", self.keep_salience)
+        _check_unit("keep_strength", self.keep_strength, open_low=True)
         _check_unit("promote_surprise", self.promote_surprise)
         _check_unit("kcore_max_share", self.kcore_max_share, open_low=True)
         _check_unit("gol_survive_gain", self.gol_survive_gain)

@@ -146,6 +146,8 @@ class LiquidGraph:
         self._rel_emb = np.zeros((16, self.dim), dtype=np.float32)
         self._entity_key: dict[str, int] = {}
         self._coact: list[tuple[int, int]] = []  # anchor pairs co-activated since the last tick
+        self._cites: dict[int, list[int]] = {}  # episode row -> fact edges whose provenance named it
+        # (derived, append-only: an entry may be stale, so every use checks the edge's provenance)
         self.tick = 0
         self.oplog: list[dict] = []
         self.oplog_base: dict | None = None  # state the log starts from (None: the empty graph)
@@ -198,6 +200,10 @@ class LiquidGraph:
         self.G.add_nodes_from(alive.tolist())
         live = np.flatnonzero(ed.alive & ed.valid)
         self.G.add_edges_from(zip(ed.src[live].tolist(), ed.dst[live].tolist(), live.tolist()))
+        self._cites = {}
+        for e in np.flatnonzero(ed.alive & (ed.kind == EDGE_FACT)).tolist():
+            for x in ed.episodes[e]:
+                self._cites.setdefault(int(x[2:]), []).append(e)
         self._entity_key = {}
         kinds = nd.kind
         for i in alive.tolist():
@@ -290,6 +296,9 @@ class LiquidGraph:
             valid_to=-1 if valid else self.tick, invalidated_by=-1, permanent=False, activation=0.0)
         if valid:
             self.G.add_edge(s, o, key=e)
+        if kind == EDGE_FACT:
+            for x in episodes:
+                self._cites.setdefault(int(x[2:]), []).append(e)
         return e
 
     def _invalidate_edge(self, e: int, by: int) -> None:
@@ -403,10 +412,34 @@ class LiquidGraph:
     def _add_provenance(self, e: int, episodes: Sequence[str], sources: Sequence[str]) -> None:
         """Add episode and source ids to edge ``e``'s provenance (a new list: cells are never mutated)."""
         ed = self.edges
-        if any(x not in ed.episodes[e] for x in episodes):
-            ed.episodes[e] = _merged(ed.episodes[e], episodes)
+        new = [x for x in episodes if x not in ed.episodes[e]]
+        if new:
+            ed.episodes[e] = _merged(ed.episodes[e], new)
+            if ed.kind[e] == EDGE_FACT:
+                for x in new:
+                    self._cites.setdefault(int(x[2:]), []).append(e)
         if any(x not in ed.sources[e] for x in sources):
             ed.sources[e] = _merged(ed.sources[e], sources)
+
+    def _evidence_to_keep(self, cand: np.ndarray) -> np.ndarray:
+        """The episodes among rows ``cand`` (about to be pruned together) that must stay so that every
+        live, valid fact keeps a live episode in its provenance: for a fact whose other episodes are
+        dead or candidates too, its oldest candidate episode stays."""
+        nd, ed = self.nodes, self.edges
+        alive = nd.alive
+        cset = set(np.asarray(cand, dtype=np.int64).tolist())
+        keep: set[int] = set()
+        for i in sorted(cset):
+            name = "ep" + str(i)
+            for e in self._cites.get(i, ()):
+                prov = ed.episodes[e]
+                if not (ed.alive[e] and ed.valid[e] and name in prov):
+                    continue  # a stale entry: the edge went, or its provenance no longer names i
+                if any(alive[j] and (j not in cset or j in keep) for j in (int(x[2:]) for x in prov if x != name)):
+                    continue  # another episode stays to tell it
+                keep.add(i)
+                break
+        return np.asarray(sorted(keep), dtype=np.int64)
 
     # ------------------------------------------------------------------------------------------
     # the operation log
