@@ -210,6 +210,8 @@ class EngramConfig:
     link_episodes: bool = True  # link an episode node to the entities of the facts it produced
     episode_link_strength: float = 0.5  # strength of episode -> entity edges
     superseded_episode_confidence: float = 0.5  # episodes of a superseded fact: confidence *= this
+    max_provenance: int | None = 8  # episode (and source) ids kept per edge: the first and the newest
+    # max_provenance - 1; restatements dropped from the lists are counted (edge provenance_dropped); None: all
 
     def __post_init__(self) -> None:
         coerce_fields(self)
@@ -234,6 +236,8 @@ class EngramConfig:
         _check_unit("conflict_surprise", self.conflict_surprise)
         _check_unit("episode_link_strength", self.episode_link_strength, open_low=True)
         _check_unit("superseded_episode_confidence", self.superseded_episode_confidence)
+        if self.max_provenance is not None and self.max_provenance < 2:
+            raise ValueError(f"max_provenance must be None or >= 2 (the first and the newest), got {self.max_provenance}")
 
     def slot(self, relation_key: str) -> str:
         """The slot a (normalised) relation writes: its group's first name, or itself."""

@@ -379,7 +379,7 @@ class LiquidGraph:
                     ed.confidence[dup] = max(ed.confidence[dup], ed.confidence[e])
                     ed.uses[dup] += ed.uses[e]
                     ed.permanent[dup] |= ed.permanent[e]
-                    self._add_provenance(dup, ed.episodes[e], ed.sources[e])
+                    self._add_provenance(dup, ed.episodes[e], ed.sources[e], int(ed.provenance_dropped[e]))
                     ed.alive[e] = False
                     continue
                 self.G.add_edge(nu, nv, key=e)
@@ -409,17 +409,34 @@ class LiquidGraph:
         found = [int(e) for e in kd if ed.rel[e] == rel and ed.kind[e] == kind]
         return min(found) if found else None
 
-    def _add_provenance(self, e: int, episodes: Sequence[str], sources: Sequence[str]) -> None:
-        """Add episode and source ids to edge ``e``'s provenance (a new list: cells are never mutated)."""
+    def _add_provenance(self, e: int, episodes: Sequence[str], sources: Sequence[str], dropped: int = 0) -> None:
+        """Add episode and source ids to edge ``e``'s provenance (a new list: cells are never mutated).
+
+        With ``EngramConfig.max_provenance`` = ``n`` each list keeps its first id and its newest
+        ``n - 1``; the ids dropped (the larger count of the two lists, plus ``dropped`` carried over
+        from a merged edge) are added to the edge's ``provenance_dropped``.
+        """
         ed = self.edges
+        cap = self.config.engram.max_provenance
         new = [x for x in episodes if x not in ed.episodes[e]]
+        gone = 0
         if new:
-            ed.episodes[e] = _merged(ed.episodes[e], new)
+            eps = _merged(ed.episodes[e], new)
+            if cap is not None and len(eps) > cap:
+                gone = len(eps) - cap
+                eps = [eps[0], *eps[-(cap - 1):]]
+            ed.episodes[e] = eps
             if ed.kind[e] == EDGE_FACT:
                 for x in new:
                     self._cites.setdefault(int(x[2:]), []).append(e)
         if any(x not in ed.sources[e] for x in sources):
-            ed.sources[e] = _merged(ed.sources[e], sources)
+            src = _merged(ed.sources[e], sources)
+            if cap is not None and len(src) > cap:
+                gone = max(gone, len(src) - cap)
+                src = [src[0], *src[-(cap - 1):]]
+            ed.sources[e] = src
+        if gone or dropped:
+            ed.provenance_dropped[e] += gone + dropped
 
     def _evidence_to_keep(self, cand: np.ndarray) -> np.ndarray:
         """The episodes among rows ``cand`` (about to be pruned together) that must stay so that every
@@ -892,6 +909,7 @@ class LiquidGraph:
             "valid_to": None if ed.valid_to[e] < 0 else int(ed.valid_to[e]),
             "invalidated_by": None if ed.invalidated_by[e] < 0 else int(ed.invalidated_by[e]),
             "permanent": bool(ed.permanent[e]), "episodes": list(ed.episodes[e]), "sources": list(ed.sources[e]),
+            "provenance_dropped": int(ed.provenance_dropped[e]),
         }
 
     def facts(self, include_invalid: bool = False) -> list[dict]:

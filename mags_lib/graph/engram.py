@@ -15,7 +15,8 @@ For a batch of ``(subject, relation, object)`` triplets:
    association edge of strength ``gat_max_strength * a_j * sim_j`` (attention shares the weight,
    the cosine says how much there is to share) goes to every neighbour with
    ``sim_j >= gat_min_similarity`` and strength ``>= gat_min_strength``;
-3. **facts** -- a repeated fact is reinforced (``s += repeat_gain * (1 - s)``, provenance merged);
+3. **facts** -- a repeated fact is reinforced (``s += repeat_gain * (1 - s)``, provenance merged and
+   bounded: the first and the newest ``max_provenance - 1`` ids kept, the others counted);
    a new fact whose relation is functional (not declared multi-valued) and whose subject already
    has a *different* valid object under the same slot (the relation itself, or one of its declared
    paraphrases, ``EngramConfig.same_slot_relations``: "moved to" / "lives in") is **reconciled**,

@@ -21,7 +21,8 @@ the file and the field: the manifest's format, version and checksum (a hand edit
 -- say ``resolve_threshold`` -- is refused: pass ``config=`` to :func:`load_graph` instead), the
 manifest's fields, every file's size and sha256, the structure of ``graph.json`` and of every log
 entry, the arrays' dtypes, shapes and id ranges. Nothing on disk is modified by a load except to
-complete an interrupted save. Version 1 saves (no manifest checksum, no base) still load.
+complete an interrupted save. Version 1 saves (no manifest checksum, no base) still load, and so do
+saves made before a column of :data:`~.store.ADDED_COLUMNS` existed (it takes its default).
 
 In-memory snapshots (:meth:`LiquidGraph.snapshot`) are not part of a save; the operation log is.
 :func:`graph_to_files` / :func:`graph_from_files` are the encoder and decoder on their own (a
@@ -43,7 +44,7 @@ import numpy as np
 from . import atomic
 from .config import GraphConfig
 from .model import GraphFormatError
-from .store import EDGE_ARRAYS, EDGE_LISTS, NODE_ARRAYS, NODE_LISTS
+from .store import ADDED_COLUMNS, EDGE_ARRAYS, EDGE_LISTS, NODE_ARRAYS, NODE_LISTS
 
 __all__ = ["FORMAT_NAME", "FORMAT_VERSION", "graph_from_files", "graph_to_files", "load_graph", "read_manifest",
            "save_graph"]
@@ -320,8 +321,11 @@ def _state_from_files(files: Mapping, manifest: dict, prefix: str, where: str, d
           "edges": {"n": body["edges"]["n"], "arrays": {}, "lists": {}}}
     for part, spec, lists in (("nodes", NODE_ARRAYS, NODE_LISTS), ("edges", EDGE_ARRAYS, EDGE_LISTS)):
         n = st[part]["n"]
-        for col, (dtype, _) in spec.items():
+        for col, (dtype, default) in spec.items():
             fname = f"{prefix}arrays/{part}_{col}.npy"
+            if fname not in manifest["files"] and col in ADDED_COLUMNS.get(part, ()):
+                st[part]["arrays"][col] = np.full(n, default, dtype=dtype)  # saved before the column existed
+                continue
             arr = _npy(_read_checked(files, fname, manifest, where), fname, where)
             if arr.dtype != np.dtype(dtype) or arr.shape != (n,):
                 raise _fail(where, f"{fname} has dtype {arr.dtype} and shape {arr.shape}, expected "

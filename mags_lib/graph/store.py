@@ -16,6 +16,7 @@ import copy
 import numpy as np
 
 __all__ = [
+    "ADDED_COLUMNS",
     "EDGE_ARRAYS",
     "EDGE_ASSOC",
     "EDGE_FACT",
@@ -66,8 +67,11 @@ EDGE_ARRAYS: dict[str, tuple[type, object]] = {
     "invalidated_by": (np.int64, -1),
     "permanent": (np.bool_, False),
     "activation": (np.float64, 0.0),
+    "provenance_dropped": (np.int64, 0),  # restatements whose ids left the bounded provenance lists
 }
 EDGE_LISTS = ("episodes", "sources")  # per edge: list of episode node ids, list of source ids
+ADDED_COLUMNS = {"edges": ("provenance_dropped",)}
+"""Columns added after save format 2 shipped: a save without them loads with their default."""
 
 
 class ColumnStore:
