@@ -71,7 +71,8 @@ def test_explorer_redraws_on_slider_change(story):
     s1 = dict(box.last_stats)
     png1 = bytes(box.output.value)
     assert png1.startswith(b"\x89PNG")
-    box.sliders["prune_strength"].value = 0.45  # forget aggressively
+    box.sliders["decay_rate"].value = 0.1  # decay fast (the default, 1% a tick, barely moves in 8 ticks) ...
+    box.sliders["prune_strength"].value = 0.45  # ... and forget aggressively
     s2 = dict(box.last_stats)
     assert s2["n_valid_edges"] < s1["n_valid_edges"]
     assert bytes(box.output.value) != png1  # redrawn
