@@ -111,3 +111,31 @@ def test_a_variant_reuses_a_warm_start_of_the_same_content_only(tiny_base, outco
     again = train_stage("sft", _cfg(), outcome_rows[:4], dest, base_dir=tiny_base, prompt=prompt,
                         data_hashes={"t": "1"}, progress=False)
     assert again.skipped  # the copy is recognised as this stage, not retrained
+
+
+def test_heldout_outcome_scenarios_come_from_the_test_worlds_only():
+    from mags_lib.data import outcome, profile_config
+
+    _, worlds = generate_role_splits(profile_config("smoke", seed=0), progress=False)
+    test = outcome.heldout_worlds("test", profile="smoke", seed=0)
+    assert [w.invented_names for w in test] == [w.invented_names for w in worlds["test"]]
+    train_names = set().union(*(w.invented_names for w in worlds["train"]))
+    rows = outcome.build_outcome_rows(OutcomeConfig(n=4, roles=("write",)), worlds=test, split="test",
+                                      progress=False)["write"]
+    assert all(r["world_id"].startswith("te") and r["id"].startswith("outcome-write-test-") for r in rows)
+    text = " ".join(r["input"] + r["scenario"] for r in rows)
+    assert not any(n in text for n in train_names if len(n) > 4)  # no training entity leaks into them
+    with pytest.raises(ValueError, match="held-out"):
+        outcome.heldout_worlds("train", profile="smoke")
+
+
+def test_ops_per_input_counts_the_model_and_the_gold(tmp_path):
+    from mags_lib.training.objectives import ops_per_input
+
+    w = "<memory_write>{}</memory_write>"
+    recs = [{"gold": w.format("a,b,c") + w.format("a,d,e"), "output": w.format("a,b,c")},
+            {"gold": w.format("x,y,z"), "output": w.format("x,y,z") * 3}]
+    p = tmp_path / "predictions_gen_write_free.jsonl"
+    p.write_text("\n".join([json.dumps({"cache_key": "k"})] + [json.dumps(r) for r in recs]) + "\n")
+    got = ops_per_input(p)
+    assert (got["n"], got["pred_ops"], got["gold_ops"]) == (2, 2.0, 1.5)  # (1 + 3) / 2 and (2 + 1) / 2
