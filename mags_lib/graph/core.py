@@ -61,7 +61,7 @@ from .store import (
     STAGE_WORKING,
     ColumnStore,
 )
-from .values import clean_int, clean_source, clean_text, clean_time, clean_unit
+from .values import clean_int, clean_source, clean_text, clean_time, clean_unit, earliest_time
 
 __all__ = ["OPS", "LiquidGraph", "check_op", "norm_key"]
 
@@ -282,9 +282,12 @@ class LiquidGraph:
         return i
 
     def _add_edge(self, s: int, o: int, rel: int, kind: int, strength: float, confidence: float,
-                  episodes: list[str], sources: list[str], valid: bool = True) -> int:
+                  episodes: list[str], sources: list[str], valid: bool = True, time: str | None = None) -> int:
+        """A new edge; ``time``: when the observation that stated it was said (its validity interval
+        starts there; an edge stored invalid closes there too)."""
         e = self.edges.append(
-            {"episodes": list(episodes), "sources": list(sources)},
+            {"episodes": list(episodes), "sources": list(sources), "valid_from_time": time,
+             "valid_to_time": None if valid else time},
             src=s, dst=o, rel=rel, kind=kind, strength=strength, confidence=confidence, created=self.tick,
             last_used=self.tick, uses=0, alive=True, valid=valid, valid_from=self.tick,
             valid_to=-1 if valid else self.tick, invalidated_by=-1, permanent=False, activation=0.0)
@@ -292,12 +295,14 @@ class LiquidGraph:
             self.G.add_edge(s, o, key=e)
         return e
 
-    def _invalidate_edge(self, e: int, by: int) -> None:
+    def _invalidate_edge(self, e: int, by: int, time: str | None = None) -> None:
+        """Supersede edge ``e`` by edge ``by``; ``time``: when the superseding observation was said."""
         ed = self.edges
         if not ed.valid[e]:
             return
         ed.valid[e] = False
         ed.valid_to[e] = self.tick
+        ed.valid_to_time[e] = time
         ed.invalidated_by[e] = by
         ed.permanent[e] = False
         if ed.alive[e]:
@@ -371,6 +376,7 @@ class LiquidGraph:
                     ed.uses[dup] += ed.uses[e]
                     ed.permanent[dup] |= ed.permanent[e]
                     self._add_provenance(dup, ed.episodes[e], ed.sources[e])
+                    ed.valid_from_time[dup] = earliest_time(ed.valid_from_time[dup], ed.valid_from_time[e])
                     ed.alive[e] = False
                     continue
                 self.G.add_edge(nu, nv, key=e)
@@ -855,8 +861,11 @@ class LiquidGraph:
             "src": self.node_id(s), "dst": self.node_id(o), "kind": EDGE_KIND_NAMES[int(ed.kind[e])],
             "strength": float(ed.strength[e]), "confidence": float(ed.confidence[e]),
             "created": int(ed.created[e]), "last_used": int(ed.last_used[e]), "uses": int(ed.uses[e]),
-            "alive": bool(ed.alive[e]), "valid": bool(ed.valid[e]), "valid_from": int(ed.valid_from[e]),
-            "valid_to": None if ed.valid_to[e] < 0 else int(ed.valid_to[e]),
+            "alive": bool(ed.alive[e]), "valid": bool(ed.valid[e]),
+            # the validity interval in real time (the observations' times), in ticks where none was given
+            "valid_from": ed.valid_from_time[e] or int(ed.valid_from[e]),
+            "valid_to": None if ed.valid_to[e] < 0 else (ed.valid_to_time[e] or int(ed.valid_to[e])),
+            "valid_from_tick": int(ed.valid_from[e]), "valid_to_tick": None if ed.valid_to[e] < 0 else int(ed.valid_to[e]),
             "invalidated_by": None if ed.invalidated_by[e] < 0 else int(ed.invalidated_by[e]),
             "permanent": bool(ed.permanent[e]), "episodes": list(ed.episodes[e]), "sources": list(ed.sources[e]),
         }

@@ -43,6 +43,7 @@ import numpy as np
 from .core import _as_triplets, norm_key
 from .model import EngramReport
 from .store import EDGE_ASSOC, EDGE_FACT, EDGE_MENTION, KIND_ENTITY, KIND_EPISODE
+from .values import earliest_time
 
 __all__ = ["ASSOC_RELATION", "MENTION_RELATION", "engram", "fact_time", "gat_attention", "reconcile_subject",
            "same_kind", "supersede", "typed_signature"]
@@ -84,7 +85,9 @@ def engram(g, triplets, *, episode: str | None = None, source: str | None = None
     source : str, optional
         Source id stored in the facts' provenance (the episode's source is added too).
     time : str, optional
-        Kept for the operation log; the time of an input lives on its episode node.
+        When the facts were said, if the episode carries no time: a fact's validity interval starts
+        at the observation's time (``valid_from_time``) and a fact it supersedes ends there
+        (``valid_to_time``); with no time at all the interval is in ticks only.
     importance : float, optional
         Importance of the nodes written (default ``EngramConfig.init_importance`` for new nodes).
 
@@ -210,6 +213,9 @@ def engram(g, triplets, *, episode: str | None = None, source: str | None = None
     n_access, n_last, n_imp = nd.access, nd.last_access, nd.importance  # views; no node is added below
     call_edges: set[int] = set()  # facts this call wrote: one observation never supersedes its own facts
     when = _iso_day(nd.meta[ep_idx].get("time") if ep_idx is not None else None) or _iso_day(time)
+    # when the observation was said, as given: a fact's validity interval in time starts (and a
+    # superseded one ends) there; without it the interval is in ticks only
+    said = (nd.meta[ep_idx].get("time") if ep_idx is not None else None) or time
     entity_key, rel_id = g._entity_key, g._rel_id
     for s, r, o, ks, kr, ko in clean:
         si, oi = entity_key[ks], entity_key[ko]
@@ -230,6 +236,7 @@ def engram(g, triplets, *, episode: str | None = None, source: str | None = None
             ed.last_used[e] = tick
             ed.uses[e] += 1
             g._add_provenance(e, episodes, sources)
+            ed.valid_from_time[e] = earliest_time(ed.valid_from_time[e], said)  # an older statement read later
             rep.reinforced_edges.append(e)
         else:
             rivals = []
@@ -249,8 +256,9 @@ def engram(g, triplets, *, episode: str | None = None, source: str | None = None
                 later = [x for x in rivals if (fact_time(g, x) or "") > when]
                 if later:  # said before what memory holds: stored as history, superseded by the newer fact
                     e = g._add_edge(si, oi, rid, EDGE_FACT, cfg.init_strength, cfg.init_confidence, episodes,
-                                    sources, valid=False)
+                                    sources, valid=False, time=said)
                     ed.invalidated_by[e] = max(later, key=lambda x: (fact_time(g, x), x))
+                    ed.valid_to_time[e] = _first_said_after(g, later, when)  # true until the next statement
                     rep.rejected_edges.append(e)
                     call_edges.add(e)
                     continue
@@ -258,15 +266,16 @@ def engram(g, triplets, *, episode: str | None = None, source: str | None = None
                 old_best = max(rivals, key=lambda x: ed.strength[x] * ed.confidence[x])
                 if ed.strength[old_best] * ed.confidence[old_best] > cfg.init_strength * cfg.init_confidence:
                     e = g._add_edge(si, oi, rid, EDGE_FACT, cfg.init_strength, cfg.init_confidence, episodes,
-                                    sources, valid=False)
+                                    sources, valid=False, time=said)
                     ed.invalidated_by[e] = old_best
                     rep.rejected_edges.append(e)
                     continue
-            e = g._add_edge(si, oi, rid, EDGE_FACT, cfg.init_strength, cfg.init_confidence, episodes, sources)
+            e = g._add_edge(si, oi, rid, EDGE_FACT, cfg.init_strength, cfg.init_confidence, episodes, sources,
+                            time=said)
             rep.new_edges.append(e)
             call_edges.add(e)
             for x in rivals:
-                supersede(g, x, e, keep_episodes=episodes)
+                supersede(g, x, e, keep_episodes=episodes, time=said)
                 rep.invalidated_edges.append(x)
             if rivals:
                 for i in (si, oi, int(ed.dst[rivals[0]])):
@@ -275,7 +284,8 @@ def engram(g, triplets, *, episode: str | None = None, source: str | None = None
     if ep_idx is not None and cfg.link_episodes:
         for i in touched:
             if g._find_edge(ep_idx, i, mention_rel, EDGE_MENTION) is None:
-                g._add_edge(ep_idx, i, mention_rel, EDGE_MENTION, cfg.episode_link_strength, 1.0, episodes, sources)
+                g._add_edge(ep_idx, i, mention_rel, EDGE_MENTION, cfg.episode_link_strength, 1.0, episodes, sources,
+                            time=said)
         nd.last_access[ep_idx] = tick
     return rep
 
@@ -373,19 +383,28 @@ def fact_time(g, e: int) -> str | None:
 
 
 
+def _first_said_after(g, edges, when: str) -> str | None:
+    """The earliest ISO time after ``when`` at which one of ``edges`` was said (their episodes' times)."""
+    nd = g.nodes
+    times = [t for e in edges for x in g.edges.episodes[e] if x.startswith("ep")
+             for t in (_iso_day(nd.meta[int(x[2:])].get("time")),) if t and t > when]
+    return min(times) if times else None
+
+
 def _with(items: list, x) -> list:
     return items if x in items else [*items, x]
 
 
-def supersede(g, loser: int, winner: int, *, keep_episodes=()) -> None:
+def supersede(g, loser: int, winner: int, *, keep_episodes=(), time: str | None = None) -> None:
     """Invalidate fact edge ``loser`` in favour of edge ``winner`` (unlogged).
 
     The old fact leaves the traversable structure (``valid=False``, ``valid_to``, ``invalidated_by``)
     and the episodes that said it -- except ``keep_episodes`` -- lose confidence
-    (``superseded_episode_confidence``), so recall ranks them lower.
+    (``superseded_episode_confidence``), so recall ranks them lower. Its interval closes at ``time``
+    (when the superseding observation was said; default: when ``winner`` was first said).
     """
     nd, ed = g.nodes, g.edges
-    g._invalidate_edge(loser, by=winner)
+    g._invalidate_edge(loser, by=winner, time=time if time is not None else ed.valid_from_time[winner])
     for ep_id in ed.episodes[loser]:  # the inputs that said the old fact now count less
         j = int(ep_id[2:])
         if nd.alive[j] and ep_id not in keep_episodes:
