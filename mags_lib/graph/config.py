@@ -16,6 +16,7 @@ from dataclasses import dataclass, field, fields
 
 __all__ = [
     "DEFAULT_MULTI_VALUED",
+    "DEFAULT_PAST_MARKERS",
     "DEFAULT_SAME_SLOT",
     "DynamicsConfig",
     "EngramConfig",
@@ -56,6 +57,18 @@ DEFAULT_SAME_SLOT: frozenset[str] = frozenset(
 )
 """Declared schema: relations of one group (``|``-separated) name the same single-valued slot, so
 a new object under one supersedes the object under another ("moved to Boston" / "lives in Denver")."""
+
+
+DEFAULT_PAST_MARKERS: frozenset[str] = frozenset(
+    {
+        "before", "used to", "use to", "previously", "previous", "formerly", "former", "earlier", "in the past",
+        "originally", "at first", "at the time", "back then", "back in", "no longer", "anymore", "any more",
+        "prior to", "history", "past", "changed",
+    }
+)
+"""Phrases (whole words, compared after :func:`~mags_lib.graph.core.norm_key`) that make a query ask
+about the past, so that recall in ``history="auto"`` mode also returns superseded facts: "What did
+blorps eat before?", "Where did Caroline use to live?". A year in the query ("in 2022") does too."""
 
 
 def coerce_fields(obj) -> None:
@@ -282,6 +295,11 @@ class RecallConfig:
     max_episode_share: float = 0.5  # routing: at most this share of k are episodes (unless facts run out)
     touch: bool = True  # update access counts/last-access of returned nodes and edges
     coactivation: bool = True  # record co-activation for Hebbian strengthening at the next maintain
+    # history: superseded facts (valid=False) reached through their subject or object
+    history: str = "auto"  # "off": never returned; "auto": when a query asks about the past; "on": always
+    past_markers: frozenset[str] = DEFAULT_PAST_MARKERS  # "auto": phrases that ask about the past (or a year)
+    history_weight: float = 0.5  # superseded facts' score multiplier when the query does not ask about the past
+    year_weight: float = 0.5  # a query naming a year: items whose validity interval misses that year score *= this
 
     def __post_init__(self) -> None:
         coerce_fields(self)
@@ -302,6 +320,10 @@ class RecallConfig:
             raise ValueError(f"direction must be 'out' or 'both', got {self.direction!r}")
         _check_unit("relevance_weight", self.relevance_weight)
         _check_unit("max_episode_share", self.max_episode_share)
+        if self.history not in ("off", "auto", "on"):
+            raise ValueError(f"history must be 'off', 'auto' or 'on', got {self.history!r}")
+        _check_unit("history_weight", self.history_weight)
+        _check_unit("year_weight", self.year_weight)
 
 
 @dataclass(frozen=True)

@@ -10,10 +10,13 @@ Storage layout
 * a ``networkx.MultiDiGraph`` (``g.G``: integer node ids, edge key = edge id) holds the structure
   of the live memory -- alive nodes and alive, *valid* edges -- and serves traversal and the
   graph algorithms. Invalidated (superseded) edges stay in the stores for inspection but leave the
-  networkx structure, so recall can never reach them.
+  networkx structure, so traversal never follows them (a query about the past gets them back as
+  history, marked superseded: see :mod:`.recall`).
 
 Time is a logical clock: ``g.tick`` counts ``maintain`` calls. Nothing reads the wall clock, so an
 operation log replays to an identical graph.
+Facts' validity intervals are in the observations' own times (the ``time`` given to
+:meth:`LiquidGraph.add_episode` or :meth:`LiquidGraph.engram`), in ticks only where none was given.
 
 Reliability contract
 --------------------
@@ -61,7 +64,7 @@ from .store import (
     STAGE_WORKING,
     ColumnStore,
 )
-from .values import clean_int, clean_source, clean_text, clean_time, clean_unit, earliest_time
+from .values import clean_int, clean_source, clean_text, clean_time, clean_unit, earliest_time, is_iso_time
 
 __all__ = ["OPS", "LiquidGraph", "check_op", "norm_key"]
 
@@ -484,6 +487,19 @@ class LiquidGraph:
             return None
         return bool(ed.valid[mine].any())
 
+    def episode_until(self, node_id: str) -> str | None:
+        """When what episode ``node_id`` said stopped being true: the latest time its facts were
+        superseded (None while one of them holds, or when no superseding observation had a time)."""
+        i = self._idx(node_id)
+        ep = self.node_id(i)
+        ed = self.edges
+        mine = [e for e in np.flatnonzero(ed.alive & (ed.kind == EDGE_FACT)).tolist() if ep in ed.episodes[e]]
+        if not mine or ed.valid[mine].any():
+            return None
+        ends = [t for t in (ed.valid_to_time[e] for e in mine) if t]
+        iso = [t for t in ends if is_iso_time(t)]
+        return max(iso) if iso else (ends[-1] if ends else None)
+
     def search_episodes(self, query: str | Sequence[str], k: int = 10) -> list[RecallItem]:
         """The ``k`` episodes most similar to the query by cosine, best first (exact search).
 
@@ -536,8 +552,13 @@ class LiquidGraph:
         return rep
 
     def recall(self, query: str | Sequence[str], k: int = 10, query_embeddings: np.ndarray | None = None,
-               config=None) -> Recall:
-        """Recall facts and episodes (see :func:`mags_lib.graph.recall.recall`)."""
+               config=None, history: bool | None = None) -> Recall:
+        """Recall facts and episodes (see :func:`mags_lib.graph.recall.recall`).
+
+        ``history``: True returns superseded facts too (marked ``current=False``, with their validity
+        interval), False never, None as ``config.history`` says (default: when a query asks about the
+        past, see :func:`mags_lib.graph.recall.asks_about_past`).
+        """
         from .recall import recall
 
         if isinstance(query, str):
@@ -556,7 +577,10 @@ class LiquidGraph:
             query_embeddings = np.asarray(query_embeddings, dtype=np.float32)
             if not np.isfinite(query_embeddings).all():
                 raise ValueError("query_embeddings hold NaN or infinite values")
-        res = recall(self, query, k=k, query_embeddings=query_embeddings, config=config)
+        if history is not None and not isinstance(history, (bool, np.bool_)):
+            raise TypeError(f"history must be True, False or None, got {history!r}")
+        history = None if history is None else bool(history)
+        res = recall(self, query, k=k, query_embeddings=query_embeddings, config=config, history=history)
         cfg = config or self.config.recall
         if res.items and (cfg.touch or cfg.coactivation):  # a recall that changed nothing is not logged
             op = {"op": "recall", "query": query, "k": k}
@@ -565,6 +589,8 @@ class LiquidGraph:
                 op["query_embeddings_b64"] = base64.b64encode(q.tobytes()).decode("ascii")
             if config is not None:
                 op["config"] = _cfg_delta(config)
+            if history is not None:  # logs written before history replay unchanged
+                op["history"] = history
             self._log(op)
         return res
 
@@ -673,7 +699,7 @@ class LiquidGraph:
         elif kind == "recall":
             cfg = op.get("config")
             self.recall(op["query"], k=op["k"], query_embeddings=_op_query_embeddings(op, self.dim),
-                        config=None if cfg is None else RecallConfig(**cfg))
+                        config=None if cfg is None else RecallConfig(**cfg), history=op.get("history"))
         elif kind == "reinforce":
             from .dynamics import reinforce_edges
 
@@ -988,7 +1014,7 @@ def _as_triplets(triplets) -> list[tuple[str, str, str]]:
 def _cfg_delta(cfg: RecallConfig) -> dict:
     """The fields of a RecallConfig that differ from the defaults (enough to rebuild it)."""
     default = asdict(RecallConfig())
-    return {k: v for k, v in asdict(cfg).items() if v != default[k]}
+    return {k: sorted(v) if isinstance(v, frozenset) else v for k, v in asdict(cfg).items() if v != default[k]}
 
 
 def _op_query_embeddings(op: dict, dim: int) -> np.ndarray | None:
@@ -1050,6 +1076,8 @@ def check_op(op: object) -> None:
             raise ValueError("recall entry: field 'query' must be a string or a list of strings")
         if isinstance(op.get("config"), (dict, type(None))) is False:
             raise ValueError("recall entry: field 'config' must be an object of RecallConfig fields")
+        if op.get("history") is not None and not isinstance(op["history"], bool):
+            raise ValueError("recall entry: field 'history' must be true, false or null")
         b64 = op.get("query_embeddings_b64")
         if b64 is not None and not isinstance(b64, str):
             raise ValueError("recall entry: field 'query_embeddings_b64' must be a base64 string")
