@@ -278,7 +278,7 @@ def _check_body(body, fname: str, dim: int) -> None:
             raise bad(f"{part}.n", f"must be a non-negative integer, got {n!r}")
         for col in lists:
             v = d.get(col)
-            if v is None and part == "edges" and col in EDGE_TIME_LISTS:
+            if col not in d and part == "edges" and col in EDGE_TIME_LISTS:
                 continue  # saved before validity intervals in time: filled with None on load
             if not isinstance(v, list) or len(v) != n:
                 raise bad(f"{part}.{col}", f"must be a list of {n} entries")
@@ -294,7 +294,7 @@ def _check_body(body, fname: str, dim: int) -> None:
     n_nodes = nodes["n"]
     for col in EDGE_LISTS:
         if col in EDGE_TIME_LISTS:
-            for e, v in enumerate(body["edges"].get(col) or ()):
+            for e, v in enumerate(body["edges"].get(col, ())):
                 if not isinstance(v, (str, type(None))):
                     raise bad(f"edges.{col}[{e}]", f"must be a time string or null, got {v!r:.40}")
             continue
