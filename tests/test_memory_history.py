@@ -174,3 +174,32 @@ def test_the_reader_sees_when_each_item_was_said_and_since_when_it_is_no_longer_
     assert "(2023-05-08) Caroline moved to Boston" in a.facts
     items = m.recall("Where does Caroline live?", k=10)
     assert all(it.current for it in items)
+
+
+def test_answer_training_data_shows_since_when_an_updated_value_is_no_longer_true():
+    """The reader is trained on the memory block the agent renders. Mutation: the update example's old
+    item gets no ``until`` (the trained format lacks "since <date>")."""
+    import numpy as np
+
+    from mags_lib.data.answer import render_answer
+    from mags_lib.data.worlds import generate_world
+
+    world = generate_world("w0", seed=1)
+    seen = 0
+    for seed in range(12):
+        row = render_answer(world, "update", np.random.default_rng(seed))
+        old = next(m for m in row["memory"] if m["current"] is False)
+        new_time = next(m["time"] for m in row["memory"] if m["time"] and m["text"] != old["text"]
+                        and row["response"] in m["text"]) if old["time"] else None
+        assert old["until"] == new_time
+        if new_time:
+            seen += 1
+            assert f"no longer true since {new_time}" in P_format(row["memory"])
+    assert seen >= 3
+
+
+def P_format(memory):
+    from mags_lib import protocol
+
+    return protocol.format_facts(memory)
+
