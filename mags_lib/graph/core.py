@@ -149,6 +149,7 @@ class LiquidGraph:
         self._rel_emb = np.zeros((16, self.dim), dtype=np.float32)
         self._entity_key: dict[str, int] = {}
         self._coact: list[tuple[int, int]] = []  # anchor pairs co-activated since the last tick
+        self._rel_kind: dict[str, tuple[str, bool]] = {}  # relation -> (slot, single-valued): engram.relation_kind
         self.tick = 0
         self.oplog: list[dict] = []
         self.oplog_base: dict | None = None  # state the log starts from (None: the empty graph)
@@ -196,6 +197,7 @@ class LiquidGraph:
     def _rebuild_derived(self) -> None:
         """Rebuild networkx structure, entity keys and vector indexes from the stores."""
         nd, ed = self.nodes, self.edges
+        self._rel_kind = {}  # decided from the relation embeddings, which a reload may change
         self.G = nx.MultiDiGraph()
         alive = np.flatnonzero(nd.alive)
         self.G.add_nodes_from(alive.tolist())

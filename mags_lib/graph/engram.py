@@ -18,7 +18,9 @@ For a batch of ``(subject, relation, object)`` triplets:
 3. **facts** -- a repeated fact is reinforced (``s += repeat_gain * (1 - s)``, provenance merged);
    a new fact whose relation is functional (not declared multi-valued) and whose subject already
    has a *different* valid object under the same slot (the relation itself, or one of its declared
-   paraphrases, ``EngramConfig.same_slot_relations``: "moved to" / "lives in") is **reconciled**,
+   paraphrases, ``EngramConfig.same_slot_relations``: "moved to" / "lives in") is **reconciled**;
+   a relation no declared list names takes the slot and class of the declared relation closest in
+   meaning (:func:`relation_kind`, ``EngramConfig.slot_similarity``) --
    except against facts written by the same observation (one observation never supersedes its own
    facts: "bought shoes and a red dress"). With ``time_order``, a fact said *before* its rival
    (the episodes' ISO times) is stored as history (invalid, ``invalidated_by`` the newer fact)
@@ -46,7 +48,7 @@ from .store import EDGE_ASSOC, EDGE_FACT, EDGE_MENTION, KIND_ENTITY, KIND_EPISOD
 from .values import earliest_time
 
 __all__ = ["ASSOC_RELATION", "MENTION_RELATION", "engram", "fact_time", "gat_attention", "reconcile_subject",
-           "same_kind", "supersede", "typed_signature"]
+           "relation_kind", "same_kind", "supersede", "typed_signature"]
 
 ASSOC_RELATION = "related to"
 _INTRA_MAX = 4096  # new mentions per call up to which their pairwise similarities are one product
@@ -240,17 +242,18 @@ def engram(g, triplets, *, episode: str | None = None, source: str | None = None
             rep.reinforced_edges.append(e)
         else:
             rivals = []
-            if cfg.reconcile and cfg.is_functional(kr):
-                slot = cfg.slot(kr)
-                for nb, kd in g.G._succ[si].items():
-                    if nb == oi:
-                        continue
-                    for x in kd:
-                        if ed.kind[x] != EDGE_FACT or x in call_edges or (episodes and episodes[0] in ed.episodes[x]):
-                            continue
-                        xr = g._rel_text[ed.rel[x]]
-                        if ed.rel[x] == rid or (cfg.slot(xr) == slot and cfg.is_functional(xr)):
-                            rivals.append(int(x))
+            # known kinds first; an undeclared relation is judged by meaning only where a conflict may be
+            kind = g._rel_kind.get(kr) or (relation_kind(g, kr) if cfg.declared(kr) else None)
+            if cfg.reconcile and (kind is None or kind[1]):
+                others = [int(x) for nb, kd in g.G._succ[si].items() if nb != oi for x in kd
+                          if ed.kind[x] == EDGE_FACT and x not in call_edges
+                          and not (episodes and episodes[0] in ed.episodes[x])]
+                slot, functional = (kind or relation_kind(g, kr)) if others else ("", False)
+                if functional:
+                    for x in others:
+                        xslot, xfunc = relation_kind(g, g._rel_text[ed.rel[x]])
+                        if ed.rel[x] == rid or (xslot == slot and xfunc):
+                            rivals.append(x)
                 rivals.sort()  # id order, not adjacency order
             if rivals and cfg.time_order and when is not None:
                 later = [x for x in rivals if (fact_time(g, x) or "") > when]
@@ -383,6 +386,55 @@ def fact_time(g, e: int) -> str | None:
 
 
 
+def relation_kind(g, key: str) -> tuple[str, bool]:
+    """The slot a (normalised) relation writes and whether it is single-valued, in graph ``g``.
+
+    A relation named in a declared list of ``g.config.engram`` (``functional_relations``,
+    ``multi_valued_relations``, ``same_slot_relations``) is what they say (``EngramConfig.slot`` /
+    ``is_functional``). Any other relation is decided **by meaning**: the declared relation whose
+    label embedding is most similar to its own (cosine, ties by name) lends it its slot and its
+    class when the cosine reaches ``slot_similarity`` ("feeds mostly on" writes the slot of "eat";
+    "build nests out of" is multi-valued like "build nests from"); below, it is its own slot with
+    the mode's default (``functional="all"``: single-valued). ``python -m mags_lib.bench.relations``
+    measures the decision against the game worlds' schema.
+
+    Decisions are cached per graph (cleared whenever the state is reloaded); the declared labels
+    are embedded once per graph, the first time an undeclared relation meets a possible conflict.
+
+    Examples
+    --------
+    >>> from mags_lib.embed import HashEmbedder
+    >>> from mags_lib.graph import LiquidGraph
+    >>> g = LiquidGraph(HashEmbedder(dim=64))
+    >>> relation_kind(g, "moved to"), relation_kind(g, "are afraid of")
+    (('lives in', True), ('are afraid of', False))
+    """
+    cache = g._rel_kind
+    out = cache.get(key)
+    if out is not None:
+        return out
+    cfg = g.config.engram
+    if cfg.declared(key) or cfg.slot_similarity > 1.0:
+        out = (cfg.slot(key), cfg.is_functional(key))
+    else:
+        protos = g.__dict__.get("_rel_protos")
+        if protos is None:
+            names = [n for n in cfg.declared_relations()]
+            protos = (names, g._encode(names))
+            g._rel_protos = protos  # depends on the config and the embedder only: kept for the graph's life
+        names, P = protos
+        rid = g._rel_id.get(key)
+        v = g._rel_emb[rid] if rid is not None else g._encode([key])[0]
+        sims = P @ v if names else np.zeros(0)
+        j = int(np.argmax(sims)) if sims.size else -1  # argmax: the first (by name) of equal bests
+        if j >= 0 and float(sims[j]) >= cfg.slot_similarity:
+            out = (cfg.slot(names[j]), cfg.is_functional(names[j]))
+        else:
+            out = (key, cfg.is_functional(key))
+    cache[key] = out
+    return out
+
+
 def _first_said_after(g, edges, when: str) -> str | None:
     """The earliest ISO time after ``when`` at which one of ``edges`` was said (their episodes' times)."""
     nd = g.nodes
@@ -414,7 +466,7 @@ def supersede(g, loser: int, winner: int, *, keep_episodes=(), time: str | None 
 def reconcile_subject(g, i: int) -> int:
     """Apply the conflict policy to the valid facts of node ``i`` (e.g. after a merge); unlogged.
 
-    For every functional relation (``EngramConfig.is_functional``) under which ``i`` holds several
+    For every functional relation (:func:`relation_kind`) under which ``i`` holds several
     valid objects, one fact stays valid -- the newest (highest edge id) with policy ``"newer"``, the
     largest ``strength * confidence`` with ``"stronger"`` (newest on a tie) -- and the others are
     superseded by it (:func:`supersede`); the endpoints get ``conflict_surprise``.
@@ -436,7 +488,7 @@ def reconcile_subject(g, i: int) -> int:
     n = 0
     for rid in sorted(by_rel):
         facts = sorted(by_rel[rid])
-        if len(facts) < 2 or not cfg.is_functional(g._rel_text[rid]):
+        if len(facts) < 2 or not relation_kind(g, g._rel_text[rid])[1]:
             continue
         if cfg.conflict_policy == "stronger":
             win = max(facts, key=lambda e: (ed.strength[e] * ed.confidence[e], e))
