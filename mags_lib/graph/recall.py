@@ -294,7 +294,6 @@ def recall(g, query: str | Sequence[str], k: int = 10, query_embeddings: np.ndar
     if with_history:
         _add_history(g, reached, anchors)
 
-
     # -- scoring (vectorised over the reached items) ---------------------------------------------
     lam = cfg.relevance_weight
     keys = list(reached)
