@@ -21,6 +21,7 @@ __all__ = [
     "EDGE_FACT",
     "EDGE_LISTS",
     "EDGE_MENTION",
+    "EDGE_TIME_LISTS",
     "KIND_ENTITY",
     "KIND_EPISODE",
     "NODE_ARRAYS",
@@ -67,7 +68,12 @@ EDGE_ARRAYS: dict[str, tuple[type, object]] = {
     "permanent": (np.bool_, False),
     "activation": (np.float64, 0.0),
 }
-EDGE_LISTS = ("episodes", "sources")  # per edge: list of episode node ids, list of source ids
+EDGE_LISTS = ("episodes", "sources", "valid_from_time", "valid_to_time")
+"""Per edge: list of episode node ids, list of source ids, and the validity interval in real time: the
+time (ISO string as the observation gave it, or None) the fact was first said and the time the
+observation that superseded it was said (None while valid, or when no time was given). Saves older
+than these two columns load with None (the interval then falls back to ticks)."""
+EDGE_TIME_LISTS = ("valid_from_time", "valid_to_time")  # the str|None columns of EDGE_LISTS
 
 
 class ColumnStore:
