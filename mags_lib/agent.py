@@ -703,29 +703,34 @@ class MAGS:
     def render_item(self, item: Any) -> str:
         """One recall item as the reader sees it (:func:`mags_lib.protocol.format_item`).
 
-        An episode shows its date and speaker, and ``no longer true`` when every fact it stated was
-        superseded; a fact the date of the episode that first stated it and, when superseded,
-        ``no longer true``. Items the graph does not know (hand-made) show
-        their text.
+        An episode shows its date and speaker, and ``no longer true since <date>`` when every fact it
+        stated was superseded (the date the last of them was); a fact the start of its validity
+        interval (when it was first said) and, when superseded, ``no longer true since <date>`` (when
+        the superseding observation was said); a date is left out where no time was given (ticks are
+        not dates). Items the graph does not know (hand-made) show their text.
         """
         g = self.graph
-        time_, current, speaker = None, None, None
+        time_, current, speaker, until = None, None, None, None
         node_id = getattr(item, "node_id", None)
         edge_id = getattr(item, "edge_id", None)
         try:
             if getattr(item, "kind", None) == "episode" and node_id is not None:
                 d = g.node(node_id)
                 time_, speaker = d.get("time"), g.nodes.meta[g._idx(node_id)].get("speaker")
-                if self.config.memory == "graph":
-                    current = False if g.episode_current(node_id) is False else None
+                if self.config.memory == "graph" and g.episode_current(node_id) is False:
+                    current, until = False, g.episode_until(node_id)
             elif edge_id is not None:
                 e = g.edge(edge_id)
                 current = bool(e["valid"])
-                times = [g.node(x).get("time") for x in e["episodes"] if _alive_node(g, x)]
-                time_ = next((t for t in times if t), None)
+                time_ = e["valid_from"] if isinstance(e["valid_from"], str) else None
+                if time_ is None:  # no time in the interval: the first dated episode that said it
+                    times = [g.node(x).get("time") for x in e["episodes"] if _alive_node(g, x)]
+                    time_ = next((t for t in times if t), None)
+                until = e["valid_to"] if isinstance(e["valid_to"], str) else None
         except KeyError:  # not (or no longer) in this graph: the bare text
             pass
-        return P.format_item(item.text, time=_date_part(time_), current=current, speaker=speaker)
+        return P.format_item(item.text, time=_date_part(time_), current=current, speaker=speaker,
+                             until=_date_part(until))
 
     def pack_facts(self, items: Sequence[Any], budget: int | None = None) -> tuple[list[str], int, list]:
         """Memory lines from ranked recall items, best first, within the token budget.
@@ -817,7 +822,7 @@ class MAGS:
             queries = [question]
         with self.graph.transaction():  # recall touches the memory: undone if the answer model fails
             if c.memory == "graph":
-                res = self.graph.recall(queries, k=k)
+                res = self.graph.recall(queries, k=k, history=self._asks_history(question))
             else:
                 from .graph.model import Recall, RecallTrace
 
@@ -901,10 +906,21 @@ class MAGS:
         return self.ask(text, time=time) if self.route(text) == "answer" else self.observe(
             text, source=source, time=time, speaker=speaker)
 
-    def recall(self, query: str | Sequence[str], k: int = 10) -> list[Any]:
+    def _asks_history(self, question: str) -> bool | None:
+        """True when the question asks about the past and the graph's recall is in ``history="auto"``
+        mode: the ask model's queries may drop the words that said so ("before", "used to")."""
+        from .graph.recall import asks_about_past
+
+        rc = self.graph.config.recall
+        return True if rc.history == "auto" and asks_about_past(question, rc.past_markers) else None
+
+    def recall(self, query: str | Sequence[str], k: int = 10, history: bool | None = None) -> list[Any]:
         """Ranked memory items for a query (no language model involved).
 
-        Each item has ``.text``, ``.score``, ``.sources`` (source ids), ``.path``, ``.kind``.
+        Each item has ``.text``, ``.score``, ``.sources`` (source ids), ``.path``, ``.kind``, and a
+        fact ``.current`` (False: superseded) with its validity interval ``.valid_from`` /
+        ``.valid_to``. ``history``: True returns superseded facts too, False never, None when the
+        query asks about the past (``RecallConfig.history``; graph memory only).
         """
         if isinstance(query, str):
             query = self._check_text(query)
@@ -912,7 +928,7 @@ class MAGS:
             raise ValueError("recall needs a query or a non-empty list of queries")
         mode = self.config.memory
         if mode == "graph":
-            return list(self.graph.recall(query, k=k).items)
+            return list(self.graph.recall(query, k=k, history=history).items)
         if mode == "rag":
             return self.graph.search_episodes(query, k=k)
         return []  # "none" and "full_context" rank nothing (full context is every observation, in order)

@@ -493,11 +493,12 @@ FEW_SHOT: dict[str, list[tuple[str, str]]] = {
 
 
 def format_item(text: str, *, time: str | None = None, current: bool | None = None,
-                speaker: str | None = None) -> str:
+                speaker: str | None = None, until: str | None = None) -> str:
     """One recalled memory item as a line of the answer prompt's memory block.
 
     The date comes first in parentheses when known; ``current=False`` marks a superseded fact
-    (``no longer true``); ``current=None`` or ``True`` adds no marker (a valid fact is the default);
+    (``no longer true``, and ``since <until>`` when the date it was superseded is known);
+    ``current=None`` or ``True`` adds no marker (a valid fact is the default);
     ``speaker`` prefixes an episode with who said it. Whitespace in every part is collapsed, so an
     item is always one line. The answer model is trained on exactly this format
     (:mod:`mags_lib.data.answer`), so the agent must render recalled items with it.
@@ -512,6 +513,8 @@ def format_item(text: str, *, time: str | None = None, current: bool | None = No
         ``False`` for a fact that was superseded.
     speaker : str, optional
         Who said it (episodes).
+    until : str, optional
+        When a superseded item stopped being true (ignored unless ``current`` is False).
 
     Examples
     --------
@@ -519,6 +522,8 @@ def format_item(text: str, *, time: str | None = None, current: bool | None = No
     '(2023-05-08) Caroline moved to Boston'
     >>> format_item("Caroline lives in Denver", time="2023-04-01", current=False)
     '(2023-04-01, no longer true) Caroline lives in Denver'
+    >>> format_item("Caroline lives in Denver", time="2023-04-01", current=False, until="2023-05-08")
+    '(2023-04-01, no longer true since 2023-05-08) Caroline lives in Denver'
     >>> format_item("I work as a baker.", speaker="Odalie")
     'Odalie: I work as a baker.'
     >>> format_item("blorps  eat\\nlemons", current=False)
@@ -535,7 +540,8 @@ def format_item(text: str, *, time: str | None = None, current: bool | None = No
     if time is not None and str(time).strip():
         tags.append(" ".join(str(time).split()))
     if current is False:
-        tags.append("no longer true")
+        since = " ".join(str(until).split()) if until is not None else ""
+        tags.append(f"no longer true since {since}" if since else "no longer true")
     return f"({', '.join(tags)}) {line}" if tags else line
 
 
@@ -543,7 +549,7 @@ def format_facts(facts: Sequence) -> str:
     """The memory block of the answer prompt: one numbered item a line, or a 'no facts' line.
 
     Each entry is a line of text (used as is, whitespace collapsed) or a mapping with the keywords
-    of :func:`format_item` (``text``, ``time``, ``current``, ``speaker``).
+    of :func:`format_item` (``text``, ``time``, ``current``, ``speaker``, ``until``).
 
     >>> print(format_facts(["blorps eat lemons", {"text": "blorps eat figs", "time": "2023-01-02",
     ...                                           "current": False}]))
@@ -561,7 +567,7 @@ def format_facts(facts: Sequence) -> str:
             lines.append(" ".join(f.split()))
         elif isinstance(f, Mapping):
             lines.append(format_item(f.get("text", ""), time=f.get("time"), current=f.get("current"),
-                                     speaker=f.get("speaker")))
+                                     speaker=f.get("speaker"), until=f.get("until")))
         else:
             raise TypeError(f"a memory item is a str or a mapping with 'text', got {type(f).__name__}")
     return "Memory:\n" + "\n".join(f"{i + 1}. {line}" for i, line in enumerate(lines))

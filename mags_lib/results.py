@@ -48,6 +48,7 @@ NO_METRICS = {"40_graph_dynamics": "by design: it draws pictures of the graph's 
 SECTIONS: dict[str, tuple[str, ...]] = {
     "environment": ("00_environment_check",),
     "training": ("10_generate_datasets", "20_train_ask_write"),
+    "training objectives": ("25_training_objectives",),
     "export": ("30_export_gguf",),
     "graph dynamics": ("40_graph_dynamics",),
     "consolidation": ("45_consolidation",),
@@ -174,6 +175,21 @@ def _x20(d: Mapping, src: str) -> list:
         if isinstance(info, Mapping) and not info.get("skipped"):
             out.append(record(f"{role} {stage} training wall time", info.get("wall_time_s"), "s",
                               n=info.get("steps"), source=src))
+    return out
+
+
+@_extractor("25_training_objectives")
+def _x25(d: Mapping, src: str) -> list:
+    role, out = d.get("role", "?"), []
+    for row in d.get("variants") or []:
+        v = row.get("variant")
+        for key, label, unit in (("op_f1_gen", "op F1 generated", "F1"), ("exact_f1_gen", "exact F1 generated", "F1"),
+                                 ("op_f1_seed", "op F1 seed", "F1"), ("ops_per_input", "operations per input", "count"),
+                                 ("heldout_outcome", "held-out outcome", "share"),
+                                 ("zero_std_mean", "zero-variance groups", "share")):
+            if _num(row.get(key)) is not None:
+                out.append(record(f"{role} {v} {label}", row.get(key), unit,
+                                  n=row.get("n_outcome") if key == "heldout_outcome" else None, source=src))
     return out
 
 

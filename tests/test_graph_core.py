@@ -16,6 +16,7 @@ from mags_lib.graph import (
     TableEmbedder,
     VectorIndex,
 )
+from mags_lib.graph.config import DEFAULT_FUNCTIONAL
 from mags_lib.graph.engram import gat_attention
 from mags_lib.graph.recall import choose_anchors
 
@@ -89,7 +90,8 @@ def test_gat_initial_edges_hand_values():
 
 
 def test_reconciliation_newer_wins_and_old_stays_inspectable():
-    g = hash_graph()
+    # "has sides" is declared single-valued: undeclared, it would be multi-valued like "has" by meaning
+    g = hash_graph(functional_relations=DEFAULT_FUNCTIONAL | {"has sides"})
     ep1 = g.add_episode("The blue die has six sides.", source="D1:1")
     r1 = g.engram([("blue die", "has sides", "six")], episode=ep1)
     ep2 = g.add_episode("Rule change: the blue die now has ten sides.", source="D1:9")

@@ -78,7 +78,7 @@ def test_the_reader_sees_superseded_episodes_as_no_longer_true():
     m.observe("I live in Denver.", source="D1:1", time="2023-04-01", speaker="Caroline")
     m.observe("I moved to Boston!", source="D2:1", time="2023-05-08", speaker="Caroline")
     a = m.ask("Where does Caroline live?", k=10)
-    assert "(2023-04-01, no longer true) Caroline: I live in Denver." in a.facts, a.facts
+    assert "(2023-04-01, no longer true since 2023-05-08) Caroline: I live in Denver." in a.facts, a.facts
     assert "(2023-05-08) Caroline: I moved to Boston!" in a.facts
     assert "(2023-05-08) Caroline moved to Boston" in a.facts
     assert not any("lives in Denver" in f for f in a.facts)  # the superseded fact is not recalled

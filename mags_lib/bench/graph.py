@@ -136,7 +136,8 @@ def build_synthetic(n: int, *, edges_per_node: int = 5, n_relations: int = 50, d
     src, dst = src[ok], dst[ok]
     m = src.size
     ed = g.edges
-    ed.extend(m, {"episodes": [[] for _ in range(m)], "sources": [[] for _ in range(m)]},
+    ed.extend(m, {"episodes": [[] for _ in range(m)], "sources": [[] for _ in range(m)],
+                  "valid_from_time": [None] * m, "valid_to_time": [None] * m},
               src=src, dst=dst, rel=rng.integers(0, n_relations, m), kind=EDGE_FACT,
               strength=rng.uniform(0.1, 1.0, m), confidence=0.7, created=0, last_used=0, uses=0, alive=True,
               valid=True, valid_from=0, valid_to=-1, invalidated_by=-1, permanent=False, activation=0.0)

@@ -6,15 +6,18 @@ when nothing recalled answers it. Items are what the graph's recall returns -- f
 ``"subject relation object"`` (the canonical relation labels of :mod:`~mags_lib.data.templates`) and
 episodes as the raw sentences that were said (first person with their ``speaker``) -- rendered by
 :func:`mags_lib.protocol.format_item`: the date first when known, a superseded fact marked
-``no longer true``. The answer model is trained on exactly that memory block, so the agent must
+``no longer true`` (``since <date>`` when the update's date is known). The answer model is trained on
+exactly that memory block, so the agent must
 render recalled items the same way.
 
 Row columns (beside the common ``id, role, kind, input, response, world_id, template_ids, source``;
 ``ops`` / ``context`` are empty, ``n_ops`` is 0):
 
 * ``input`` -- the question; ``response`` -- the gold answer text;
-* ``memory`` -- the items in prompt order: ``{"text", "time", "current", "speaker"}`` (``time`` and
-  ``speaker`` may be ``None``; ``current`` is ``False`` for a superseded fact, else ``None``);
+* ``memory`` -- the items in prompt order: ``{"text", "time", "current", "speaker", "until"}`` (``time``,
+  ``speaker`` and ``until`` may be ``None``; ``current`` is ``False`` for a superseded fact, else
+  ``None``; ``until``: when a superseded fact stopped being true -- the date of the update in
+  ``update`` examples, unknown in ``superseded_only`` ones, as the memory shows both);
 * ``aliases`` -- accepted answers (empty when the gold answer is the abstention);
 * ``gold_facts`` -- the world facts that answer the question (empty for abstentions).
 
@@ -24,7 +27,8 @@ Kinds (:data:`ANSWER_KINDS`, with their sampling weights):
 ``episode``         the answer is in a sentence that was said (third person)
 ``persona``         a first-person sentence of a speaker; other speakers' sentences distract
 ``multihop``        two items chain (``blorps are led by Zarn``, ``Zarn lives in Pell Ridge``)
-``update``          an older value marked ``no longer true`` and the current one: answer the current
+``update``          an older value marked ``no longer true`` (since the update's date, when dated)
+                    and the current one: answer the current
 ``newest``          two unmarked values with dates: the later one is current
 ``unanswerable``    items about the same subject (other relations) or the same relation (other
                     subjects), never the asked one: abstain
@@ -90,8 +94,9 @@ class _Clock:
         return format_date(day, self.style, int(self.rng.integers(8 * 60, 22 * 60)))
 
 
-def _item(text: str, time: str | None = None, current: bool | None = None, speaker: str | None = None) -> dict:
-    return {"text": " ".join(text.split()), "time": time, "current": current, "speaker": speaker}
+def _item(text: str, time: str | None = None, current: bool | None = None, speaker: str | None = None,
+          until: str | None = None) -> dict:
+    return {"text": " ".join(text.split()), "time": time, "current": current, "speaker": speaker, "until": until}
 
 
 def _fact_text(f: Fact, obj: str | None = None) -> str:
@@ -244,6 +249,7 @@ def _k_update(world, rng, clock):
     dis = _distractors(world, rng, {(f.subject, f.relation)}, max(0, _n_distractors(rng) - 1),
                        prefer_subject=f.subject)
     items = [_as_item(world, d, rng, clock, int(rng.integers(0, 240)), tids=tids) for d in dis]
+    old_item["until"] = new_item["time"]  # superseded when the update was said (None when undated)
     gold = [old_item, new_item]
     if rng.random() < 0.5:
         gold.reverse()

@@ -42,6 +42,7 @@ __all__ = [
     "Reader",
     "ask_memory",
     "build_outcome_rows",
+    "heldout_worlds",
     "llama_reader",
     "outcome_grpo_rows",
     "parse_scenario",
@@ -95,6 +96,24 @@ def training_worlds(n: int, *, seed: int = 0, config: WorldConfig | None = None)
     return generate_worlds(n, seed=seed, prefix="tr", registry=NameRegistry(), config=config or WorldConfig())
 
 
+def heldout_worlds(split: str = "test", *, profile: str = "default", seed: int = 0) -> list[World]:
+    """The ``validation`` or ``test`` worlds of the generated datasets of ``profile`` (the same worlds as
+    :func:`~mags_lib.data.render.generate_role_splits`: the splits are drawn in order from one name
+    registry), for evaluating an objective on mini-scenarios no training row ever saw."""
+    from . import profile_config
+
+    if split not in ("validation", "test"):
+        raise ValueError(f"held-out worlds are 'validation' or 'test', got {split!r}")
+    cfg = profile_config(profile, seed=seed)
+    registry = NameRegistry()
+    out = {}
+    for name, n in cfg.n_worlds().items():  # train, validation, test: the order generate_role_splits draws them
+        out[name] = generate_worlds(n, seed=cfg.seed, prefix=name[:2], registry=registry, config=cfg.world)
+        if name == split:
+            return out[name]
+    raise AssertionError("unreachable")
+
+
 def _relation_key(world: World, subject: str, label: str) -> str | None:
     for f in world.facts:
         if f.subject == subject and f.label == label:
@@ -125,12 +144,20 @@ def _write_prior(world: World, gold: Sequence[Sequence[str]], size: int, rng) ->
     return [list(picked[i].triplet) for i in rng.permutation(len(picked))]
 
 
-def build_outcome_rows(config: OutcomeConfig | None = None, *, progress: bool = True) -> dict[str, list[dict]]:
+def build_outcome_rows(config: OutcomeConfig | None = None, *, worlds: Sequence[World] | None = None,
+                       split: str = "train", progress: bool = True) -> dict[str, list[dict]]:
     """``rows[role]``: ``config.n`` distinct rows per role, each a rendered example of a training world
     with a ``scenario`` column (JSON text: ``memory`` prior triplets, ``questions`` with ``question``,
-    ``aliases`` and the ``needs`` triplet, ``world_id``). Seeded by ``config.seed``."""
+    ``aliases`` and the ``needs`` triplet, ``world_id``). Seeded by ``config.seed``. ``worlds`` (with the
+    ``split`` they come from, for the row ids): other worlds, e.g. :func:`heldout_worlds` for evaluation;
+    training uses the default, the training worlds."""
     cfg = config or OutcomeConfig()
-    worlds = training_worlds(cfg.worlds, seed=cfg.seed, config=cfg.world)
+    if worlds is None:
+        if split != "train":
+            raise ValueError("pass the worlds of a held-out split (heldout_worlds) along with split=")
+        worlds = training_worlds(cfg.worlds, seed=cfg.seed, config=cfg.world)
+    if not worlds:
+        raise ValueError("build_outcome_rows needs at least one world")
     out: dict[str, list[dict]] = {}
     for r_i, role in enumerate(_OUTCOME_ROLES):
         if role not in cfg.roles:
@@ -162,7 +189,7 @@ def build_outcome_rows(config: OutcomeConfig | None = None, *, progress: bool = 
                       else [list(t) for t in ex["context"]])
             seen.add(ex["input"])
             ex["scenario"] = json.dumps({"memory": memory, "questions": qs, "world_id": world.world_id})
-            ex["id"] = f"outcome-{role}-train-{len(rows):06d}"
+            ex["id"] = f"outcome-{role}-{split}-{len(rows):06d}"
             rows.append(ex)
             bar.update(1)
         bar.close()

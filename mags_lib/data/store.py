@@ -35,7 +35,7 @@ def features(answer: bool = False):
     from datasets import Features, List, Value
 
     extra = {"memory": List({"text": Value("string"), "time": Value("string"), "current": Value("bool"),
-                             "speaker": Value("string")}),
+                             "speaker": Value("string"), "until": Value("string")}),
              "aliases": List(Value("string"))} if answer else {}
     return Features({
         "id": Value("string"), "role": Value("string"), "kind": Value("string"), "input": Value("string"),

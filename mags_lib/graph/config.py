@@ -15,7 +15,9 @@ import numbers
 from dataclasses import dataclass, field, fields
 
 __all__ = [
+    "DEFAULT_FUNCTIONAL",
     "DEFAULT_MULTI_VALUED",
+    "DEFAULT_PAST_MARKERS",
     "DEFAULT_SAME_SLOT",
     "DynamicsConfig",
     "EngramConfig",
@@ -38,12 +40,29 @@ DEFAULT_MULTI_VALUED: frozenset[str] = frozenset(
         "are afraid of", "is afraid of", "afraid of", "fear", "fears", "can", "has pet", "have pet",
         "has sibling", "have sibling", "has child", "has children", "has friend", "has friends",
         "bought", "buy", "buys", "made", "makes",
+        # the game worlds' other multi-valued relations (mags_lib.data.templates, functional=False)
+        "build nests from", "live for", "have natural enemy", "is allergic to", "is near", "is famous for",
+        "is made of",
     }
 )
 # ``eat`` is single-valued: in the game's worlds a species' diet is a rule ("blorps eat only frozen
 # lemons") that changes, and the generator's ground truth counts a new diet as an update. A second
 # food stated in the same observation never supersedes the first (one observation never supersedes
 # its own facts), and an older statement ingested later is kept as history.
+
+DEFAULT_FUNCTIONAL: frozenset[str] = frozenset(
+    {
+        # the game worlds' single-valued relations (mags_lib.data.templates, functional=True), but
+        # "enjoys" (a hobby there, multi-valued in general English: DEFAULT_MULTI_VALUED wins)
+        "eat", "live in", "have color", "sleep for", "are led by", "works as", "lives in", "likes to eat",
+        "has age", "has climate", "starts players with", "is won at", "is played with", "has referee",
+        "on a double roll players", "is held in", "takes place in", "is organized by", "is kept in",
+        "is owned by",
+    }
+)
+"""Declared single-valued relations: the only functional ones in ``EngramConfig.functional ==
+"listed"`` mode; in either mode, with the other declared lists, the known relations an undeclared
+relation is compared with by meaning (``EngramConfig.slot_similarity``)."""
 
 DEFAULT_SAME_SLOT: frozenset[str] = frozenset(
     {
@@ -56,6 +75,18 @@ DEFAULT_SAME_SLOT: frozenset[str] = frozenset(
 )
 """Declared schema: relations of one group (``|``-separated) name the same single-valued slot, so
 a new object under one supersedes the object under another ("moved to Boston" / "lives in Denver")."""
+
+
+DEFAULT_PAST_MARKERS: frozenset[str] = frozenset(
+    {
+        "before", "used to", "use to", "previously", "previous", "formerly", "former", "earlier", "in the past",
+        "originally", "at first", "at the time", "back then", "back in", "no longer", "anymore", "any more",
+        "prior to", "history", "past", "changed",
+    }
+)
+"""Phrases (whole words, compared after :func:`~mags_lib.graph.core.norm_key`) that make a query ask
+about the past, so that recall in ``history="auto"`` mode also returns superseded facts: "What did
+blorps eat before?", "Where did Caroline use to live?". A year in the query ("in 2022") does too."""
 
 
 def coerce_fields(obj) -> None:
@@ -200,9 +231,14 @@ class EngramConfig:
     # reconciliation of conflicting facts (same subject and relation, different object)
     reconcile: bool = True  # invalidate superseded facts; False keeps every object valid
     functional: str = "all"  # "all": every relation but multi_valued; "listed": only functional_relations
-    functional_relations: frozenset[str] = frozenset()  # single-valued relations (mode "listed")
+    functional_relations: frozenset[str] = DEFAULT_FUNCTIONAL  # single-valued relations (mode "listed")
     multi_valued_relations: frozenset[str] = DEFAULT_MULTI_VALUED  # never conflicts (mode "all")
     same_slot_relations: frozenset[str] = DEFAULT_SAME_SLOT  # "a|b|c": relations naming one slot
+    # a relation named in none of the three lists takes the slot and the class (single- or multi-valued)
+    # of the most similar declared relation label at/above this cosine of the relation-label embeddings,
+    # else stays its own slot with the mode's default (engram.relation_kind); > 1 switches it off.
+    # 0.55: best F1 on the game worlds' relation paraphrases with MiniLM (python -m mags_lib.bench.relations)
+    slot_similarity: float = 0.55
     conflict_policy: str = "newer"  # "newer": new evidence wins; "stronger": the stronger edge wins
     time_order: bool = True  # a fact said earlier (episode time) than its rival never supersedes it
     conflict_surprise: float = 1.0  # surprise given to the endpoints of a conflicting fact
@@ -238,6 +274,8 @@ class EngramConfig:
         _check_unit("superseded_episode_confidence", self.superseded_episode_confidence)
         if self.max_provenance is not None and self.max_provenance < 2:
             raise ValueError(f"max_provenance must be None or >= 2 (the first and the newest), got {self.max_provenance}")
+        if not -1.0 <= self.slot_similarity <= 2.0:
+            raise ValueError(f"slot_similarity must be in [-1, 2] (> 1: off), got {self.slot_similarity}")
 
     def slot(self, relation_key: str) -> str:
         """The slot a (normalised) relation writes: its group's first name, or itself."""
@@ -252,6 +290,24 @@ class EngramConfig:
                     cache.setdefault(n, names[0])
             object.__setattr__(self, "_slot_cache", cache)
         return cache.get(relation_key, relation_key)
+
+    def declared(self, relation_key: str) -> bool:
+        """Whether a (normalised) relation is named in one of the declared lists."""
+        self.declared_relations()
+        return relation_key in self.__dict__["_declared_set"]
+
+    def declared_relations(self) -> tuple[str, ...]:
+        """Every (normalised) relation named in the declared lists, sorted."""
+        cache = self.__dict__.get("_declared_cache")
+        if cache is None:
+            from .core import norm_key
+
+            names = set(self.functional_relations) | set(self.multi_valued_relations)
+            names |= {x for group in self.same_slot_relations for x in group.split("|")}
+            cache = tuple(sorted({norm_key(x) for x in names if x.strip()}))
+            object.__setattr__(self, "_declared_cache", cache)
+            object.__setattr__(self, "_declared_set", frozenset(cache))
+        return cache
 
     def is_functional(self, relation_key: str) -> bool:
         """Whether a (normalised) relation holds one object at a time, so a new object supersedes."""
@@ -288,6 +344,11 @@ class RecallConfig:
     max_episode_share: float = 0.5  # routing: at most this share of k are episodes (unless facts run out)
     touch: bool = True  # update access counts/last-access of returned nodes and edges
     coactivation: bool = True  # record co-activation for Hebbian strengthening at the next maintain
+    # history: superseded facts (valid=False) reached through their subject or object
+    history: str = "auto"  # "off": never returned; "auto": when a query asks about the past; "on": always
+    past_markers: frozenset[str] = DEFAULT_PAST_MARKERS  # "auto": phrases that ask about the past (or a year)
+    history_weight: float = 0.5  # superseded facts' score multiplier when the query does not ask about the past
+    year_weight: float = 0.5  # a query naming a year: items whose validity interval misses that year score *= this
 
     def __post_init__(self) -> None:
         coerce_fields(self)
@@ -309,6 +370,10 @@ class RecallConfig:
         _check_unit("relevance_weight", self.relevance_weight)
         _check_unit("branch_query_weight", self.branch_query_weight)
         _check_unit("max_episode_share", self.max_episode_share)
+        if self.history not in ("off", "auto", "on"):
+            raise ValueError(f"history must be 'off', 'auto' or 'on', got {self.history!r}")
+        _check_unit("history_weight", self.history_weight)
+        _check_unit("year_weight", self.year_weight)
 
 
 @dataclass(frozen=True)

@@ -10,10 +10,13 @@ Storage layout
 * a ``networkx.MultiDiGraph`` (``g.G``: integer node ids, edge key = edge id) holds the structure
   of the live memory -- alive nodes and alive, *valid* edges -- and serves traversal and the
   graph algorithms. Invalidated (superseded) edges stay in the stores for inspection but leave the
-  networkx structure, so recall can never reach them.
+  networkx structure, so traversal never follows them (a query about the past gets them back as
+  history, marked superseded: see :mod:`.recall`).
 
 Time is a logical clock: ``g.tick`` counts ``maintain`` calls. Nothing reads the wall clock, so an
 operation log replays to an identical graph.
+Facts' validity intervals are in the observations' own times (the ``time`` given to
+:meth:`LiquidGraph.add_episode` or :meth:`LiquidGraph.engram`), in ticks only where none was given.
 
 Reliability contract
 --------------------
@@ -61,7 +64,7 @@ from .store import (
     STAGE_WORKING,
     ColumnStore,
 )
-from .values import clean_int, clean_source, clean_text, clean_time, clean_unit
+from .values import clean_int, clean_source, clean_text, clean_time, clean_unit, earliest_time, is_iso_time
 
 __all__ = ["OPS", "LiquidGraph", "check_op", "norm_key"]
 
@@ -148,6 +151,7 @@ class LiquidGraph:
         self._coact: list[tuple[int, int]] = []  # anchor pairs co-activated since the last tick
         self._cites: dict[int, list[int]] = {}  # episode row -> fact edges whose provenance named it
         # (derived, append-only: an entry may be stale, so every use checks the edge's provenance)
+        self._rel_kind: dict[str, tuple[str, bool]] = {}  # relation -> (slot, single-valued): engram.relation_kind
         self.tick = 0
         self.oplog: list[dict] = []
         self.oplog_base: dict | None = None  # state the log starts from (None: the empty graph)
@@ -195,6 +199,7 @@ class LiquidGraph:
     def _rebuild_derived(self) -> None:
         """Rebuild networkx structure, entity keys and vector indexes from the stores."""
         nd, ed = self.nodes, self.edges
+        self._rel_kind = {}  # decided from the relation embeddings, which a reload may change
         self.G = nx.MultiDiGraph()
         alive = np.flatnonzero(nd.alive)
         self.G.add_nodes_from(alive.tolist())
@@ -288,9 +293,12 @@ class LiquidGraph:
         return i
 
     def _add_edge(self, s: int, o: int, rel: int, kind: int, strength: float, confidence: float,
-                  episodes: list[str], sources: list[str], valid: bool = True) -> int:
+                  episodes: list[str], sources: list[str], valid: bool = True, time: str | None = None) -> int:
+        """A new edge; ``time``: when the observation that stated it was said (its validity interval
+        starts there; an edge stored invalid closes there too)."""
         e = self.edges.append(
-            {"episodes": list(episodes), "sources": list(sources)},
+            {"episodes": list(episodes), "sources": list(sources), "valid_from_time": time,
+             "valid_to_time": None if valid else time},
             src=s, dst=o, rel=rel, kind=kind, strength=strength, confidence=confidence, created=self.tick,
             last_used=self.tick, uses=0, alive=True, valid=valid, valid_from=self.tick,
             valid_to=-1 if valid else self.tick, invalidated_by=-1, permanent=False, activation=0.0)
@@ -301,12 +309,14 @@ class LiquidGraph:
                 self._cites.setdefault(int(x[2:]), []).append(e)
         return e
 
-    def _invalidate_edge(self, e: int, by: int) -> None:
+    def _invalidate_edge(self, e: int, by: int, time: str | None = None) -> None:
+        """Supersede edge ``e`` by edge ``by``; ``time``: when the superseding observation was said."""
         ed = self.edges
         if not ed.valid[e]:
             return
         ed.valid[e] = False
         ed.valid_to[e] = self.tick
+        ed.valid_to_time[e] = time
         ed.invalidated_by[e] = by
         ed.permanent[e] = False
         if ed.alive[e]:
@@ -380,6 +390,7 @@ class LiquidGraph:
                     ed.uses[dup] += ed.uses[e]
                     ed.permanent[dup] |= ed.permanent[e]
                     self._add_provenance(dup, ed.episodes[e], ed.sources[e], int(ed.provenance_dropped[e]))
+                    ed.valid_from_time[dup] = earliest_time(ed.valid_from_time[dup], ed.valid_from_time[e])
                     ed.alive[e] = False
                     continue
                 self.G.add_edge(nu, nv, key=e)
@@ -528,6 +539,19 @@ class LiquidGraph:
             return None
         return bool(ed.valid[mine].any())
 
+    def episode_until(self, node_id: str) -> str | None:
+        """When what episode ``node_id`` said stopped being true: the latest time its facts were
+        superseded (None while one of them holds, or when no superseding observation had a time)."""
+        i = self._idx(node_id)
+        ep = self.node_id(i)
+        ed = self.edges
+        mine = [e for e in np.flatnonzero(ed.alive & (ed.kind == EDGE_FACT)).tolist() if ep in ed.episodes[e]]
+        if not mine or ed.valid[mine].any():
+            return None
+        ends = [t for t in (ed.valid_to_time[e] for e in mine) if t]
+        iso = [t for t in ends if is_iso_time(t)]
+        return max(iso) if iso else (ends[-1] if ends else None)
+
     def search_episodes(self, query: str | Sequence[str], k: int = 10) -> list[RecallItem]:
         """The ``k`` episodes most similar to the query by cosine, best first (exact search).
 
@@ -580,8 +604,13 @@ class LiquidGraph:
         return rep
 
     def recall(self, query: str | Sequence[str], k: int = 10, query_embeddings: np.ndarray | None = None,
-               config=None) -> Recall:
-        """Recall facts and episodes (see :func:`mags_lib.graph.recall.recall`)."""
+               config=None, history: bool | None = None) -> Recall:
+        """Recall facts and episodes (see :func:`mags_lib.graph.recall.recall`).
+
+        ``history``: True returns superseded facts too (marked ``current=False``, with their validity
+        interval), False never, None as ``config.history`` says (default: when a query asks about the
+        past, see :func:`mags_lib.graph.recall.asks_about_past`).
+        """
         from .recall import recall
 
         if isinstance(query, str):
@@ -600,7 +629,10 @@ class LiquidGraph:
             query_embeddings = np.asarray(query_embeddings, dtype=np.float32)
             if not np.isfinite(query_embeddings).all():
                 raise ValueError("query_embeddings hold NaN or infinite values")
-        res = recall(self, query, k=k, query_embeddings=query_embeddings, config=config)
+        if history is not None and not isinstance(history, (bool, np.bool_)):
+            raise TypeError(f"history must be True, False or None, got {history!r}")
+        history = None if history is None else bool(history)
+        res = recall(self, query, k=k, query_embeddings=query_embeddings, config=config, history=history)
         cfg = config or self.config.recall
         if res.items and (cfg.touch or cfg.coactivation):  # a recall that changed nothing is not logged
             op = {"op": "recall", "query": query, "k": k}
@@ -609,6 +641,8 @@ class LiquidGraph:
                 op["query_embeddings_b64"] = base64.b64encode(q.tobytes()).decode("ascii")
             if config is not None:
                 op["config"] = _cfg_delta(config)
+            if history is not None:  # logs written before history replay unchanged
+                op["history"] = history
             self._log(op)
         return res
 
@@ -717,7 +751,7 @@ class LiquidGraph:
         elif kind == "recall":
             cfg = op.get("config")
             self.recall(op["query"], k=op["k"], query_embeddings=_op_query_embeddings(op, self.dim),
-                        config=None if cfg is None else RecallConfig(**cfg))
+                        config=None if cfg is None else RecallConfig(**cfg), history=op.get("history"))
         elif kind == "reinforce":
             from .dynamics import reinforce_edges
 
@@ -905,8 +939,11 @@ class LiquidGraph:
             "src": self.node_id(s), "dst": self.node_id(o), "kind": EDGE_KIND_NAMES[int(ed.kind[e])],
             "strength": float(ed.strength[e]), "confidence": float(ed.confidence[e]),
             "created": int(ed.created[e]), "last_used": int(ed.last_used[e]), "uses": int(ed.uses[e]),
-            "alive": bool(ed.alive[e]), "valid": bool(ed.valid[e]), "valid_from": int(ed.valid_from[e]),
-            "valid_to": None if ed.valid_to[e] < 0 else int(ed.valid_to[e]),
+            "alive": bool(ed.alive[e]), "valid": bool(ed.valid[e]),
+            # the validity interval in real time (the observations' times), in ticks where none was given
+            "valid_from": ed.valid_from_time[e] or int(ed.valid_from[e]),
+            "valid_to": None if ed.valid_to[e] < 0 else (ed.valid_to_time[e] or int(ed.valid_to[e])),
+            "valid_from_tick": int(ed.valid_from[e]), "valid_to_tick": None if ed.valid_to[e] < 0 else int(ed.valid_to[e]),
             "invalidated_by": None if ed.invalidated_by[e] < 0 else int(ed.invalidated_by[e]),
             "permanent": bool(ed.permanent[e]), "episodes": list(ed.episodes[e]), "sources": list(ed.sources[e]),
             "provenance_dropped": int(ed.provenance_dropped[e]),
@@ -1030,7 +1067,7 @@ def _as_triplets(triplets) -> list[tuple[str, str, str]]:
 def _cfg_delta(cfg: RecallConfig) -> dict:
     """The fields of a RecallConfig that differ from the defaults (enough to rebuild it)."""
     default = asdict(RecallConfig())
-    return {k: v for k, v in asdict(cfg).items() if v != default[k]}
+    return {k: sorted(v) if isinstance(v, frozenset) else v for k, v in asdict(cfg).items() if v != default[k]}
 
 
 def _op_query_embeddings(op: dict, dim: int) -> np.ndarray | None:
@@ -1092,6 +1129,8 @@ def check_op(op: object) -> None:
             raise ValueError("recall entry: field 'query' must be a string or a list of strings")
         if isinstance(op.get("config"), (dict, type(None))) is False:
             raise ValueError("recall entry: field 'config' must be an object of RecallConfig fields")
+        if op.get("history") is not None and not isinstance(op["history"], bool):
+            raise ValueError("recall entry: field 'history' must be true, false or null")
         b64 = op.get("query_embeddings_b64")
         if b64 is not None and not isinstance(b64, str):
             raise ValueError("recall entry: field 'query_embeddings_b64' must be a base64 string")

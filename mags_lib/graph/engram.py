@@ -19,7 +19,9 @@ For a batch of ``(subject, relation, object)`` triplets:
    bounded: the first and the newest ``max_provenance - 1`` ids kept, the others counted);
    a new fact whose relation is functional (not declared multi-valued) and whose subject already
    has a *different* valid object under the same slot (the relation itself, or one of its declared
-   paraphrases, ``EngramConfig.same_slot_relations``: "moved to" / "lives in") is **reconciled**,
+   paraphrases, ``EngramConfig.same_slot_relations``: "moved to" / "lives in") is **reconciled**;
+   a relation no declared list names takes the slot and class of the declared relation closest in
+   meaning (:func:`relation_kind`, ``EngramConfig.slot_similarity``) --
    except against facts written by the same observation (one observation never supersedes its own
    facts: "bought shoes and a red dress"). With ``time_order``, a fact said *before* its rival
    (the episodes' ISO times) is stored as history (invalid, ``invalidated_by`` the newer fact)
@@ -44,9 +46,10 @@ import numpy as np
 from .core import _as_triplets, norm_key
 from .model import EngramReport
 from .store import EDGE_ASSOC, EDGE_FACT, EDGE_MENTION, KIND_ENTITY, KIND_EPISODE
+from .values import earliest_time
 
 __all__ = ["ASSOC_RELATION", "MENTION_RELATION", "engram", "fact_time", "gat_attention", "reconcile_subject",
-           "same_kind", "supersede", "typed_signature"]
+           "relation_kind", "same_kind", "supersede", "typed_signature"]
 
 ASSOC_RELATION = "related to"
 _INTRA_MAX = 4096  # new mentions per call up to which their pairwise similarities are one product
@@ -85,7 +88,9 @@ def engram(g, triplets, *, episode: str | None = None, source: str | None = None
     source : str, optional
         Source id stored in the facts' provenance (the episode's source is added too).
     time : str, optional
-        Kept for the operation log; the time of an input lives on its episode node.
+        When the facts were said, if the episode carries no time: a fact's validity interval starts
+        at the observation's time (``valid_from_time``) and a fact it supersedes ends there
+        (``valid_to_time``); with no time at all the interval is in ticks only.
     importance : float, optional
         Importance of the nodes written (default ``EngramConfig.init_importance`` for new nodes).
 
@@ -211,6 +216,9 @@ def engram(g, triplets, *, episode: str | None = None, source: str | None = None
     n_access, n_last, n_imp = nd.access, nd.last_access, nd.importance  # views; no node is added below
     call_edges: set[int] = set()  # facts this call wrote: one observation never supersedes its own facts
     when = _iso_day(nd.meta[ep_idx].get("time") if ep_idx is not None else None) or _iso_day(time)
+    # when the observation was said, as given: a fact's validity interval in time starts (and a
+    # superseded one ends) there; without it the interval is in ticks only
+    said = (nd.meta[ep_idx].get("time") if ep_idx is not None else None) or time
     entity_key, rel_id = g._entity_key, g._rel_id
     for s, r, o, ks, kr, ko in clean:
         si, oi = entity_key[ks], entity_key[ko]
@@ -231,27 +239,30 @@ def engram(g, triplets, *, episode: str | None = None, source: str | None = None
             ed.last_used[e] = tick
             ed.uses[e] += 1
             g._add_provenance(e, episodes, sources)
+            ed.valid_from_time[e] = earliest_time(ed.valid_from_time[e], said)  # an older statement read later
             rep.reinforced_edges.append(e)
         else:
             rivals = []
-            if cfg.reconcile and cfg.is_functional(kr):
-                slot = cfg.slot(kr)
-                for nb, kd in g.G._succ[si].items():
-                    if nb == oi:
-                        continue
-                    for x in kd:
-                        if ed.kind[x] != EDGE_FACT or x in call_edges or (episodes and episodes[0] in ed.episodes[x]):
-                            continue
-                        xr = g._rel_text[ed.rel[x]]
-                        if ed.rel[x] == rid or (cfg.slot(xr) == slot and cfg.is_functional(xr)):
-                            rivals.append(int(x))
+            # known kinds first; an undeclared relation is judged by meaning only where a conflict may be
+            kind = g._rel_kind.get(kr) or (relation_kind(g, kr) if cfg.declared(kr) else None)
+            if cfg.reconcile and (kind is None or kind[1]):
+                others = [int(x) for nb, kd in g.G._succ[si].items() if nb != oi for x in kd
+                          if ed.kind[x] == EDGE_FACT and x not in call_edges
+                          and not (episodes and episodes[0] in ed.episodes[x])]
+                slot, functional = (kind or relation_kind(g, kr)) if others else ("", False)
+                if functional:
+                    for x in others:
+                        xslot, xfunc = relation_kind(g, g._rel_text[ed.rel[x]])
+                        if ed.rel[x] == rid or (xslot == slot and xfunc):
+                            rivals.append(x)
                 rivals.sort()  # id order, not adjacency order
             if rivals and cfg.time_order and when is not None:
                 later = [x for x in rivals if (fact_time(g, x) or "") > when]
                 if later:  # said before what memory holds: stored as history, superseded by the newer fact
                     e = g._add_edge(si, oi, rid, EDGE_FACT, cfg.init_strength, cfg.init_confidence, episodes,
-                                    sources, valid=False)
+                                    sources, valid=False, time=said)
                     ed.invalidated_by[e] = max(later, key=lambda x: (fact_time(g, x), x))
+                    ed.valid_to_time[e] = _first_said_after(g, later, when)  # true until the next statement
                     rep.rejected_edges.append(e)
                     call_edges.add(e)
                     continue
@@ -259,15 +270,16 @@ def engram(g, triplets, *, episode: str | None = None, source: str | None = None
                 old_best = max(rivals, key=lambda x: ed.strength[x] * ed.confidence[x])
                 if ed.strength[old_best] * ed.confidence[old_best] > cfg.init_strength * cfg.init_confidence:
                     e = g._add_edge(si, oi, rid, EDGE_FACT, cfg.init_strength, cfg.init_confidence, episodes,
-                                    sources, valid=False)
+                                    sources, valid=False, time=said)
                     ed.invalidated_by[e] = old_best
                     rep.rejected_edges.append(e)
                     continue
-            e = g._add_edge(si, oi, rid, EDGE_FACT, cfg.init_strength, cfg.init_confidence, episodes, sources)
+            e = g._add_edge(si, oi, rid, EDGE_FACT, cfg.init_strength, cfg.init_confidence, episodes, sources,
+                            time=said)
             rep.new_edges.append(e)
             call_edges.add(e)
             for x in rivals:
-                supersede(g, x, e, keep_episodes=episodes)
+                supersede(g, x, e, keep_episodes=episodes, time=said)
                 rep.invalidated_edges.append(x)
             if rivals:
                 for i in (si, oi, int(ed.dst[rivals[0]])):
@@ -276,7 +288,8 @@ def engram(g, triplets, *, episode: str | None = None, source: str | None = None
     if ep_idx is not None and cfg.link_episodes:
         for i in touched:
             if g._find_edge(ep_idx, i, mention_rel, EDGE_MENTION) is None:
-                g._add_edge(ep_idx, i, mention_rel, EDGE_MENTION, cfg.episode_link_strength, 1.0, episodes, sources)
+                g._add_edge(ep_idx, i, mention_rel, EDGE_MENTION, cfg.episode_link_strength, 1.0, episodes, sources,
+                            time=said)
         nd.last_access[ep_idx] = tick
     return rep
 
@@ -374,19 +387,77 @@ def fact_time(g, e: int) -> str | None:
 
 
 
+def relation_kind(g, key: str) -> tuple[str, bool]:
+    """The slot a (normalised) relation writes and whether it is single-valued, in graph ``g``.
+
+    A relation named in a declared list of ``g.config.engram`` (``functional_relations``,
+    ``multi_valued_relations``, ``same_slot_relations``) is what they say (``EngramConfig.slot`` /
+    ``is_functional``). Any other relation is decided **by meaning**: the declared relation whose
+    label embedding is most similar to its own (cosine, ties by name) lends it its slot and its
+    class when the cosine reaches ``slot_similarity`` ("feeds mostly on" writes the slot of "eat";
+    "build nests out of" is multi-valued like "build nests from"); below, it is its own slot with
+    the mode's default (``functional="all"``: single-valued). ``python -m mags_lib.bench.relations``
+    measures the decision against the game worlds' schema.
+
+    Decisions are cached per graph (cleared whenever the state is reloaded); the declared labels
+    are embedded once per graph, the first time an undeclared relation meets a possible conflict.
+
+    Examples
+    --------
+    >>> from mags_lib.embed import HashEmbedder
+    >>> from mags_lib.graph import LiquidGraph
+    >>> g = LiquidGraph(HashEmbedder(dim=64))
+    >>> relation_kind(g, "moved to"), relation_kind(g, "are afraid of")
+    (('lives in', True), ('are afraid of', False))
+    """
+    cache = g._rel_kind
+    out = cache.get(key)
+    if out is not None:
+        return out
+    cfg = g.config.engram
+    if cfg.declared(key) or cfg.slot_similarity > 1.0:
+        out = (cfg.slot(key), cfg.is_functional(key))
+    else:
+        protos = g.__dict__.get("_rel_protos")
+        if protos is None:
+            names = [n for n in cfg.declared_relations()]
+            protos = (names, g._encode(names))
+            g._rel_protos = protos  # depends on the config and the embedder only: kept for the graph's life
+        names, P = protos
+        rid = g._rel_id.get(key)
+        v = g._rel_emb[rid] if rid is not None else g._encode([key])[0]
+        sims = P @ v if names else np.zeros(0)
+        j = int(np.argmax(sims)) if sims.size else -1  # argmax: the first (by name) of equal bests
+        if j >= 0 and float(sims[j]) >= cfg.slot_similarity:
+            out = (cfg.slot(names[j]), cfg.is_functional(names[j]))
+        else:
+            out = (key, cfg.is_functional(key))
+    cache[key] = out
+    return out
+
+
+def _first_said_after(g, edges, when: str) -> str | None:
+    """The earliest ISO time after ``when`` at which one of ``edges`` was said (their episodes' times)."""
+    nd = g.nodes
+    times = [t for e in edges for x in g.edges.episodes[e] if x.startswith("ep")
+             for t in (_iso_day(nd.meta[int(x[2:])].get("time")),) if t and t > when]
+    return min(times) if times else None
+
+
 def _with(items: list, x) -> list:
     return items if x in items else [*items, x]
 
 
-def supersede(g, loser: int, winner: int, *, keep_episodes=()) -> None:
+def supersede(g, loser: int, winner: int, *, keep_episodes=(), time: str | None = None) -> None:
     """Invalidate fact edge ``loser`` in favour of edge ``winner`` (unlogged).
 
     The old fact leaves the traversable structure (``valid=False``, ``valid_to``, ``invalidated_by``)
     and the episodes that said it -- except ``keep_episodes`` -- lose confidence
-    (``superseded_episode_confidence``), so recall ranks them lower.
+    (``superseded_episode_confidence``), so recall ranks them lower. Its interval closes at ``time``
+    (when the superseding observation was said; default: when ``winner`` was first said).
     """
     nd, ed = g.nodes, g.edges
-    g._invalidate_edge(loser, by=winner)
+    g._invalidate_edge(loser, by=winner, time=time if time is not None else ed.valid_from_time[winner])
     for ep_id in ed.episodes[loser]:  # the inputs that said the old fact now count less
         j = int(ep_id[2:])
         if nd.alive[j] and ep_id not in keep_episodes:
@@ -396,7 +467,7 @@ def supersede(g, loser: int, winner: int, *, keep_episodes=()) -> None:
 def reconcile_subject(g, i: int) -> int:
     """Apply the conflict policy to the valid facts of node ``i`` (e.g. after a merge); unlogged.
 
-    For every functional relation (``EngramConfig.is_functional``) under which ``i`` holds several
+    For every functional relation (:func:`relation_kind`) under which ``i`` holds several
     valid objects, one fact stays valid -- the newest (highest edge id) with policy ``"newer"``, the
     largest ``strength * confidence`` with ``"stronger"`` (newest on a tie) -- and the others are
     superseded by it (:func:`supersede`); the endpoints get ``conflict_surprise``.
@@ -418,7 +489,7 @@ def reconcile_subject(g, i: int) -> int:
     n = 0
     for rid in sorted(by_rel):
         facts = sorted(by_rel[rid])
-        if len(facts) < 2 or not cfg.is_functional(g._rel_text[rid]):
+        if len(facts) < 2 or not relation_kind(g, g._rel_text[rid])[1]:
             continue
         if cfg.conflict_policy == "stronger":
             win = max(facts, key=lambda e: (ed.strength[e] * ed.confidence[e], e))

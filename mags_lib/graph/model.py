@@ -45,6 +45,13 @@ class RecallItem:
         The fact's own edge id (None for an episode).
     node_id : str or None
         The episode's node id (None for a fact).
+    current : bool
+        False for a superseded fact (returned only when the query asks about the past, see
+        :func:`mags_lib.graph.recall.recall`); True otherwise.
+    valid_from, valid_to : str or int or None
+        A fact's validity interval: the times (ISO strings, as the observations gave them) it was
+        first said and it was superseded; ticks where no time was given; ``valid_to`` is None while
+        the fact holds. An episode's ``valid_from`` is its time.
     """
 
     text: str
@@ -56,6 +63,9 @@ class RecallItem:
     edges: tuple[int, ...] = ()
     edge_id: int | None = None
     node_id: str | None = None
+    current: bool = True
+    valid_from: str | int | None = None
+    valid_to: str | int | None = None
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,7 @@ Layout of a saved graph (format ``mags-liquid-graph``, version 2)::
     <path>/
       manifest.json      format name + version, embedder, config, counts, sha256 + size of every
                          file, and a checksum of the manifest itself
-      graph.json         texts, node metadata, edge provenance, relation labels, clock
+      graph.json         texts, node metadata, edge provenance and validity times, relation labels, clock
       oplog.jsonl        the operation log, one JSON object per line
       arrays/*.npy       numeric columns (nodes_*.npy, edges_*.npy), emb.npy, rel_emb.npy
       base/              only when the log was folded (``LimitsConfig.max_oplog_ops``): the state the
@@ -22,7 +22,9 @@ the file and the field: the manifest's format, version and checksum (a hand edit
 manifest's fields, every file's size and sha256, the structure of ``graph.json`` and of every log
 entry, the arrays' dtypes, shapes and id ranges. Nothing on disk is modified by a load except to
 complete an interrupted save. Version 1 saves (no manifest checksum, no base) still load, and so do
-saves made before a column of :data:`~.store.ADDED_COLUMNS` existed (it takes its default).
+saves made before a column of :data:`~.store.ADDED_COLUMNS` existed (it takes its default), and
+saves without the edges' validity times (``valid_from_time`` / ``valid_to_time``, added within version 2
+and ignored by older readers): their intervals are in ticks only.
 
 In-memory snapshots (:meth:`LiquidGraph.snapshot`) are not part of a save; the operation log is.
 :func:`graph_to_files` / :func:`graph_from_files` are the encoder and decoder on their own (a
@@ -44,7 +46,7 @@ import numpy as np
 from . import atomic
 from .config import GraphConfig
 from .model import GraphFormatError
-from .store import ADDED_COLUMNS, EDGE_ARRAYS, EDGE_LISTS, NODE_ARRAYS, NODE_LISTS
+from .store import ADDED_COLUMNS, EDGE_ARRAYS, EDGE_LISTS, EDGE_TIME_LISTS, NODE_ARRAYS, NODE_LISTS
 
 __all__ = ["FORMAT_NAME", "FORMAT_VERSION", "graph_from_files", "graph_to_files", "load_graph", "read_manifest",
            "save_graph"]
@@ -277,6 +279,8 @@ def _check_body(body, fname: str, dim: int) -> None:
             raise bad(f"{part}.n", f"must be a non-negative integer, got {n!r}")
         for col in lists:
             v = d.get(col)
+            if col not in d and part == "edges" and col in EDGE_TIME_LISTS:
+                continue  # saved before validity intervals in time: filled with None on load
             if not isinstance(v, list) or len(v) != n:
                 raise bad(f"{part}.{col}", f"must be a list of {n} entries")
     nodes = body["nodes"]
@@ -290,6 +294,11 @@ def _check_body(body, fname: str, dim: int) -> None:
                       "'source' and 'time' (strings or null)")
     n_nodes = nodes["n"]
     for col in EDGE_LISTS:
+        if col in EDGE_TIME_LISTS:
+            for e, v in enumerate(body["edges"].get(col, ())):
+                if not isinstance(v, (str, type(None))):
+                    raise bad(f"edges.{col}[{e}]", f"must be a time string or null, got {v!r:.40}")
+            continue
         for e, v in enumerate(body["edges"][col]):
             if not _is_str_list(v):
                 raise bad(f"edges.{col}[{e}]", "must be a list of strings")
@@ -332,7 +341,7 @@ def _state_from_files(files: Mapping, manifest: dict, prefix: str, where: str, d
                             f"{np.dtype(dtype)} and ({n},)")
             st[part]["arrays"][col] = arr
         for col in lists:
-            st[part]["lists"][col] = body[part][col]
+            st[part]["lists"][col] = body[part][col] if col in body[part] else [None] * n
     n_nodes, n_rel = st["nodes"]["n"], len(body["rel_text"])
     ea, na = st["edges"]["arrays"], st["nodes"]["arrays"]
     for col, hi in (("src", n_nodes), ("dst", n_nodes), ("rel", n_rel)):

@@ -26,7 +26,16 @@ For each query:
 5. **route** between the blocks: at most ``ceil(max_episode_share * k)`` episodes, unless there
    are too few facts to fill ``k``.
 
-Only alive, valid edges are in the traversable structure, so a superseded fact is never returned.
+Only alive, valid edges are in the traversable structure, so traversal never follows a superseded
+fact. **History** (``RecallConfig.history`` or the ``history`` argument): when a query asks about the
+past (:func:`asks_about_past`: "What did blorps eat before?", "Where did she use to live?", "What did
+X eat in 2022?"), or always with ``history="on"``, the superseded facts (alive, ``valid=False``) whose
+subject or object was reached join the candidates, scored like facts (path weight to their endpoint
+times their own strength), multiplied by ``history_weight`` unless the query asks about the past, and
+returned with ``current=False`` and their validity interval (``valid_from`` / ``valid_to``). With the
+default ``"auto"`` an ordinary query never returns them, so current facts come first. A query naming a
+year multiplies by ``year_weight`` the score of every item whose interval (an episode: its time) misses
+that year. Superseded facts are never touched nor co-activated by a recall.
 Every tie (equal strengths out of a node, equal scores) is broken by id, never by the order of the
 networkx adjacency, so a graph recalls the same whatever its history (live, loaded, rolled back,
 replayed).
@@ -37,6 +46,7 @@ Hebbian step of the next :meth:`LiquidGraph.maintain`.
 
 from __future__ import annotations
 
+import re
 from collections import deque
 from collections.abc import Sequence
 
@@ -47,7 +57,52 @@ from .model import Anchor, Recall, RecallItem, RecallTrace, TracePath
 from .store import EDGE_FACT, KIND_EPISODE
 from .values import clean_int
 
-__all__ = ["choose_anchors", "recall"]
+__all__ = ["asks_about_past", "choose_anchors", "recall", "year_window"]
+
+_YEAR = re.compile(r"\b(1[89]\d\d|2[01]\d\d)\b")
+
+
+def year_window(query: str) -> tuple[str, str] | None:
+    """The year a query names, as an ISO interval ``(first day, last day)``, or None.
+
+    >>> year_window("What did blorps eat in 2022?"), year_window("What do blorps eat?")
+    (('2022-01-01', '2022-12-31'), None)
+    """
+    m = _YEAR.search(query)
+    return None if m is None else (f"{m.group(1)}-01-01", f"{m.group(1)}-12-31")
+
+
+def asks_about_past(query: str, markers: frozenset[str] | None = None) -> bool:
+    """Whether a query asks about the past: one of ``markers`` as whole words, or a year.
+
+    ``markers`` default to :data:`~mags_lib.graph.config.DEFAULT_PAST_MARKERS`; both sides are
+    compared after :func:`~mags_lib.graph.core.norm_key`.
+
+    >>> asks_about_past("What did blorps eat before?"), asks_about_past("Where did Mel use to live?")
+    (True, True)
+    >>> asks_about_past("What did X eat in 2022?"), asks_about_past("What do blorps eat?")
+    (True, False)
+    >>> asks_about_past("Who was the beforehand guest?")  # whole words only
+    False
+    """
+    from .config import DEFAULT_PAST_MARKERS
+    from .core import norm_key
+
+    if year_window(query) is not None:
+        return True
+    text = f" {norm_key(query)} "
+    return any(f" {norm_key(m)} " in text for m in (DEFAULT_PAST_MARKERS if markers is None else markers))
+
+
+def _in_window(start: str | int | None, end: str | int | None, window: tuple[str, str]) -> bool:
+    """Whether an interval of ISO times (``end`` None: still open) meets ``window``; unknown: True."""
+    from .values import is_iso_time
+
+    if not isinstance(start, str) or not is_iso_time(start):
+        return True
+    if start[:10] > window[1]:
+        return False
+    return not (isinstance(end, str) and is_iso_time(end) and end[:10] < window[0])
 
 
 def choose_anchors(candidates: Sequence[int], similarities: Sequence[float], reach: Sequence[set],
@@ -113,7 +168,7 @@ def _branch_relevance(g, q: np.ndarray, eids: np.ndarray, nbrs: np.ndarray) -> n
 
 
 def recall(g, query: str | Sequence[str], k: int = 10, query_embeddings: np.ndarray | None = None,
-           config: RecallConfig | None = None) -> Recall:
+           config: RecallConfig | None = None, history: bool | None = None) -> Recall:
     """Recall from graph ``g`` (the :meth:`LiquidGraph.recall` logic, unlogged).
 
     Parameters
@@ -127,6 +182,9 @@ def recall(g, query: str | Sequence[str], k: int = 10, query_embeddings: np.ndar
         Precomputed L2-normalised query vectors, shape (n_queries, dim); skips the embedder.
     config : RecallConfig, optional
         Overrides ``g.config.recall`` for this call.
+    history : bool, optional
+        True: superseded facts are candidates, scored as if the query asked about the past; False:
+        never; None: ``config.history`` decides (see the module docstring).
 
     Returns
     -------
@@ -251,6 +309,13 @@ def recall(g, query: str | Sequence[str], k: int = 10, query_embeddings: np.ndar
     trace.edge_weights = {int(e): float(w) for e, w in edge_w.items()}
     trace.node_weights = {g.node_id(n): float(w) for n, w in node_w.items()}
 
+    # -- history: superseded facts at the nodes reached -------------------------------------------
+    past = any(asks_about_past(q, cfg.past_markers) for q in queries)
+    with_history = (past if cfg.history == "auto" else cfg.history == "on") if history is None else bool(history)
+    past = past or history is True
+    if with_history:
+        _add_history(g, reached, anchors)
+
     # -- scoring (vectorised over the reached items) ---------------------------------------------
     lam = cfg.relevance_weight
     keys = list(reached)
@@ -279,6 +344,13 @@ def recall(g, query: str | Sequence[str], k: int = 10, query_embeddings: np.ndar
             rel[~is_fact] = (emb[ne_] * Q[q_arr[~is_fact]]).sum(1)
             conf[~is_fact] = nd.confidence[ne_]
         scores = ((1.0 - lam) * a_arr * w_arr + lam * rel) * (0.5 + 0.5 * conf)
+        if with_history and not past:
+            scores[is_fact] *= np.where(ed.valid[karr[is_fact]], 1.0, cfg.history_weight)
+        window = next((w for w in map(year_window, queries) if w is not None), None)
+        if window is not None:
+            for j, x in enumerate(keys):
+                if not _in_window(*_interval(g, x), window):
+                    scores[j] *= cfg.year_weight
     order = sorted(range(len(keys)), key=lambda j: (-scores[j], keys[j]))
     max_ep = int(np.ceil(cfg.max_episode_share * int(k)))
     n_facts = sum(1 for x in keys if x >= 0)
@@ -302,19 +374,21 @@ def recall(g, query: str | Sequence[str], k: int = 10, query_embeddings: np.ndar
         if key >= 0:
             s_, o_ = int(src_a[key]), int(dst_a[key])
             trip = (nd.text[s_], g._rel_text[rel_a[key]], nd.text[o_])
+            start, end = _interval(g, key)
             items.append(RecallItem(text=" ".join(trip), triplet=trip, score=float(scores[j]),
                                     sources=tuple(ed.sources[key]), path=path, kind="fact", edges=tuple(pe),
-                                    edge_id=int(key)))
+                                    edge_id=int(key), current=bool(ed.valid[key]), valid_from=start, valid_to=end))
         else:
             n = -1 - key
             src = nd.meta[n].get("source")
             items.append(RecallItem(text=nd.text[n], triplet=None, score=float(scores[j]),
                                     sources=() if src is None else (src,), path=path, kind="episode",
-                                    edges=tuple(pe), node_id=g.node_id(n)))
+                                    edges=tuple(pe), node_id=g.node_id(n), valid_from=nd.meta[n].get("time")))
 
     # -- side effects --------------------------------------------------------------------------
     if items and (cfg.touch or cfg.coactivation):
-        used_edges = sorted({e for it in items for e in it.edges} | {it.edge_id for it in items if it.edge_id is not None})
+        used_edges = sorted(e for e in {e for it in items for e in it.edges}
+                            | {it.edge_id for it in items if it.edge_id is not None} if ed.valid[e])
         used_nodes = sorted({g._idx(x) for it in items for x in it.path})
         if cfg.touch:
             ue = np.asarray(used_edges, dtype=np.int64)
@@ -336,3 +410,54 @@ def recall(g, query: str | Sequence[str], k: int = 10, query_embeddings: np.ndar
                 del g._coact[: len(g._coact) - cap]
     return Recall(items=items, trace=trace)
 
+
+
+def _interval(g, key: int) -> tuple[str | int | None, str | int | None]:
+    """Validity interval of a reached item: a fact edge's (time, else tick), an episode's time (key < 0)."""
+    if key < 0:  # an episode: the moment it was said
+        t = g.nodes.meta[-1 - key].get("time")
+        return t, t
+    ed = g.edges
+    start = ed.valid_from_time[key] or int(ed.valid_from[key])
+    end = None if ed.valid_to[key] < 0 else (ed.valid_to_time[key] or int(ed.valid_to[key]))
+    return start, end
+
+
+def _add_history(g, reached: dict, anchors: list) -> None:
+    """Add to ``reached`` the superseded facts (alive, invalid) one of whose endpoints was reached.
+
+    A superseded fact continues the best path that reached its endpoint (an anchor, or a node on a
+    reached item's path): its weight is that path's weight times its own strength.
+    """
+    ed = g.edges
+    best: dict[int, tuple] = {}  # node -> (weight, anchor sim, query, path nodes, path edges)
+
+    def offer(node, w, asim, qi, pn, pe):
+        old = best.get(node)
+        if old is None or w * asim > old[0] * old[1]:
+            best[node] = (w, asim, qi, pn, pe)
+
+    for a, qi, asim in anchors:
+        offer(a, 1.0, asim, qi, (a,), ())
+    for w_item, asim, qi, pn, pe in list(reached.values()):
+        w = 1.0
+        for i, e in enumerate(pe):  # prefix weights along the item's path
+            w *= float(ed.strength[e])
+            offer(pn[i + 1], w, asim, qi, pn[: i + 2], pe[: i + 1])
+    if not best:
+        return
+    cand = np.flatnonzero(ed.alive & ~ed.valid & (ed.kind == EDGE_FACT))
+    if cand.size == 0:
+        return
+    mask = np.zeros(g.nodes.n, dtype=bool)
+    mask[list(best)] = True
+    cand = cand[mask[ed.src[cand]] | mask[ed.dst[cand]]]
+    for x in cand.tolist():
+        s_, o_ = int(ed.src[x]), int(ed.dst[x])
+        ends = [(n, other) for n, other in ((s_, o_), (o_, s_)) if n in best]
+        n, other = max(ends, key=lambda t: best[t[0]][0] * best[t[0]][1])
+        w, asim, qi, pn, pe = best[n]
+        w2 = w * float(ed.strength[x])
+        if other in pn:
+            continue
+        reached[x] = (w2, asim, qi, pn + (other,), pe + (x,))

@@ -22,6 +22,7 @@ __all__ = [
     "EDGE_FACT",
     "EDGE_LISTS",
     "EDGE_MENTION",
+    "EDGE_TIME_LISTS",
     "KIND_ENTITY",
     "KIND_EPISODE",
     "NODE_ARRAYS",
@@ -69,7 +70,12 @@ EDGE_ARRAYS: dict[str, tuple[type, object]] = {
     "activation": (np.float64, 0.0),
     "provenance_dropped": (np.int64, 0),  # restatements whose ids left the bounded provenance lists
 }
-EDGE_LISTS = ("episodes", "sources")  # per edge: list of episode node ids, list of source ids
+EDGE_LISTS = ("episodes", "sources", "valid_from_time", "valid_to_time")
+"""Per edge: list of episode node ids, list of source ids, and the validity interval in real time: the
+time (ISO string as the observation gave it, or None) the fact was first said and the time the
+observation that superseded it was said (None while valid, or when no time was given). Saves older
+than these two columns load with None (the interval then falls back to ticks)."""
+EDGE_TIME_LISTS = ("valid_from_time", "valid_to_time")  # the str|None columns of EDGE_LISTS
 ADDED_COLUMNS = {"edges": ("provenance_dropped",)}
 """Columns added after save format 2 shipped: a save without them loads with their default."""
 

@@ -21,10 +21,12 @@ from __future__ import annotations
 import datetime as _dt
 import math
 import numbers
+import re
 
 import numpy as np
 
-__all__ = ["clean_int", "clean_source", "clean_text", "clean_time", "clean_unit", "parse_session_date"]
+__all__ = ["clean_int", "clean_source", "clean_text", "clean_time", "clean_unit", "earliest_time", "is_iso_time",
+           "parse_session_date"]
 
 
 def clean_text(text: object, name: str = "text", *, allow_empty: bool = False) -> str:
@@ -71,6 +73,27 @@ def clean_time(value: object, name: str = "time") -> str | None:
                     f"got {type(value).__name__}")
 
 
+def is_iso_time(value: str | None) -> bool:
+    """Whether ``value`` starts with an ISO date (``YYYY-MM-DD``): such strings sort chronologically.
+
+    >>> is_iso_time("2023-05-08T13:56"), is_iso_time("last summer"), is_iso_time(None)
+    (True, False, False)
+    """
+    return bool(value) and _ISO_DATE.match(value) is not None
+
+
+def earliest_time(a: str | None, b: str | None) -> str | None:
+    """The earlier of two observation times: the smaller when both are ISO, else the first one given.
+
+    >>> earliest_time("2023-05-08", "2022-01-01"), earliest_time(None, "2022-01-01"), earliest_time("May", "2022")
+    ('2022-01-01', '2022-01-01', 'May')
+    """
+    if is_iso_time(a) and is_iso_time(b):
+        return min(a, b)
+    return a if a is not None else b
+
+
+_ISO_DATE = re.compile(r"\d{4}-\d{2}-\d{2}")
 _SESSION_FORMATS = ("%I:%M %p on %d %B, %Y", "%I:%M %p on %d %b, %Y", "%I:%M %p on %B %d, %Y",
                     "%d %B, %Y", "%d %B %Y", "%B %d, %Y", "%d %b %Y", "%b %d, %Y")
 

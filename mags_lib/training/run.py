@@ -33,8 +33,8 @@ from ..roles import ROLE_SPECS, PromptSpec
 from .config import PRIMARY_REWARD, TrainConfig, config_hash
 from .layout import FORMAT, STAGES, read_run_meta, run_dir
 
-__all__ = ["StageResult", "TrainingBackendError", "grpo_rows", "last_complete_checkpoint", "load_role_data",
-           "pick_backend", "record_metrics", "rows_hash", "sft_examples", "train_role", "train_stage",
+__all__ = ["StageResult", "TrainingBackendError", "grpo_pool", "grpo_rows", "last_complete_checkpoint", "load_role_data",
+           "pick_backend", "record_metrics", "reuse_warm_start", "rows_hash", "sft_examples", "train_role", "train_stage",
            "training_rows"]
 
 STAGE_FORMAT = "mags-trained-stage"
@@ -198,9 +198,16 @@ def sft_examples(rows: Sequence[dict], prompt: PromptSpec) -> list[dict]:
 def grpo_rows(rows: Sequence[dict], prompt: PromptSpec) -> list[dict]:
     """GRPO prompts with the columns the rewards read (``role``, ``response``, ``context``,
     ``gold_facts``, ``aliases``)."""
-    return [{"prompt": _messages(r, prompt), "role": r["role"], "response": r["response"],
-             "context": r.get("context") or [], "gold_facts": r.get("gold_facts") or [],
-             "aliases": list(r.get("aliases") or [])} for r in rows]
+    out = [{"prompt": _messages(r, prompt), "role": r["role"], "response": r["response"],
+            "context": r.get("context") or [], "gold_facts": r.get("gold_facts") or [],
+            "aliases": list(r.get("aliases") or [])} for r in rows]
+    if any("scenario" in r for r in rows):  # outcome rows (mags_lib.data.outcome): every row must have one
+        for o, r in zip(out, rows):
+            if "scenario" not in r:
+                raise ValueError(f"row {r.get('id', '?')!r} has no 'scenario' while others do: mix no outcome rows "
+                                 "with ordinary ones")
+            o["scenario"] = r["scenario"] if isinstance(r["scenario"], str) else json.dumps(r["scenario"])
+    return out
 
 
 def _chat_ids(tok, messages: list[dict], **kw) -> list[int]:
@@ -404,6 +411,44 @@ def _bf16_ok(requested: bool) -> bool:
     return "avx512_bf16" in flags or "amx_bf16" in flags
 
 
+def _stage_ident(stage: str, cfg: TrainConfig, rows: Sequence[dict], *, base_dir: Path, prompt: PromptSpec,
+                 data_hashes: dict, init_adapter: Path | None) -> dict:
+    """What names a stage's content (its hash decides skip / resume / replace)."""
+    stage_cfg = cfg.sft if stage == "sft" else cfg.grpo
+    return {"stage": stage, "stage_config": dataclasses.asdict(stage_cfg), "lora": dataclasses.asdict(cfg.lora),
+            "seed": cfg.seed, "role": cfg.role, "base": _base_model_id(base_dir), "data": data_hashes,
+            "prompt": prompt.to_dict(), "n_rows": len(rows), "rows": rows_hash(rows),
+            "init": json.loads((init_adapter / "meta.json").read_text())["content_hash"] if init_adapter else None}
+
+
+def reuse_warm_start(source: Path, folder: Path, digest: str, note: Callable[[str], None] = print) -> bool:
+    """Copy the finished warm start ``source`` (``models/<role>/<tag>/sft``) to ``folder`` when its content
+    hash is ``digest`` (same configuration, data and base), so variants of one role (training objectives,
+    ablations) continue one warm start instead of each training its own. Returns whether ``folder`` now
+    holds it; a source of another content is a ``ValueError`` (never a silent retrain)."""
+    if _stage_done(folder, digest) is not None:
+        return True
+    if _stage_done(source, digest) is None:
+        try:
+            got = json.loads((source / "meta.json").read_text()).get("content_hash")
+        except (OSError, ValueError):
+            got = None
+        raise ValueError(f"warm start {source} is {'missing or unfinished' if got is None else f'of another content (hash {got})'}; "
+                         f"this run needs hash {digest}: train the warm start with notebook 20 (same profile and "
+                         "seed), or run without reusing it")
+    tmp = folder.parent / f".{folder.name}.copy-tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    for p in source.iterdir():  # the adapter and its meta; not the checkpoints (the stage is finished)
+        if p.is_file():
+            shutil.copy2(p, tmp / p.name)
+    _move_aside(folder, note)
+    shutil.rmtree(folder, ignore_errors=True)
+    os.replace(tmp, folder)
+    note(f"{folder.parent.parent.name}/{folder.parent.name}: warm start reused from {source}")
+    return True
+
+
 def train_stage(stage: str, cfg: TrainConfig, rows: Sequence[dict], folder: Path, *, base_dir: Path,
                 prompt: PromptSpec, data_hashes: dict, init_adapter: Path | None = None,
                 backend: str = "auto", progress: bool = True, note: Callable[[str], None] = print,
@@ -428,10 +473,8 @@ def train_stage(stage: str, cfg: TrainConfig, rows: Sequence[dict], folder: Path
         raise ValueError("the grpo stage needs cfg.grpo and the warm-start adapter (init_adapter)")
     stage_cfg = cfg.sft if stage == "sft" else cfg.grpo
     backend = pick_backend(backend)
-    ident = {"stage": stage, "stage_config": dataclasses.asdict(stage_cfg), "lora": dataclasses.asdict(cfg.lora),
-             "seed": cfg.seed, "role": cfg.role, "base": _base_model_id(base_dir), "data": data_hashes,
-             "prompt": prompt.to_dict(), "n_rows": len(rows), "rows": rows_hash(rows),
-             "init": json.loads((init_adapter / "meta.json").read_text())["content_hash"] if init_adapter else None}
+    ident = _stage_ident(stage, cfg, rows, base_dir=base_dir, prompt=prompt, data_hashes=data_hashes,
+                         init_adapter=init_adapter)
     digest = config_hash(ident)
     done = _stage_done(folder, digest)
     if done is not None:
@@ -614,13 +657,38 @@ def _cached_selection(folder: Path, cand: list[dict], cfg: TrainConfig, base_dir
     return picked
 
 
+def grpo_pool(config: TrainConfig, data: dict, *, progress: bool = False) -> list[dict]:
+    """The rows GRPO draws its prompts from: the role's generated train split (and the seed's, ask / write),
+    or, when the rewards include an outcome reward, mini-scenarios of the same training worlds
+    (:func:`mags_lib.data.outcome.build_outcome_rows`, ``n_prompts`` of them, with a ``scenario`` column)."""
+    g = config.grpo
+    if g is None:
+        raise ValueError("grpo_pool needs a config with a GRPO stage")
+    if any(name.startswith("outcome_") for name in g.rewards):
+        from ..data import outcome
+        from ..data import profile_config as data_profile
+
+        worlds = data_profile(config.profile, seed=config.seed).worlds_train
+        ocfg = outcome.OutcomeConfig(n=g.n_prompts, worlds=worlds, seed=config.seed, roles=(config.role,))
+        return outcome.build_outcome_rows(ocfg, progress=progress)[config.role]
+    pool = data["gen"]["train"].to_list()
+    if data.get("seed") is not None and config.role != "answer":
+        pool += data["seed"]["train"].to_list()
+    return pool
+
+
 def train_role(role: str, *, run_tag: str, config: TrainConfig, data: dict | None = None,
                models_root: str | Path | None = None, data_root: str | Path | None = None,
-               backend: str = "auto", progress: bool = True, note: Callable[[str], None] = print) -> dict:
+               backend: str = "auto", progress: bool = True, note: Callable[[str], None] = print,
+               warm_start: str | None = None) -> dict:
     """Warm start then GRPO for ``role`` into ``models/<role>/<run_tag>/``; returns the run's meta.
 
     Stages already finished with the same content are skipped; an interrupted stage resumes from its
-    last complete checkpoint. The run's ``meta.json`` is rewritten after each stage.
+    last complete checkpoint. The run's ``meta.json`` is rewritten after each stage. ``warm_start``: the
+    run tag of a finished run of this role whose warm start has the same content; it is copied, not
+    retrained (variants of the GRPO stage then differ in nothing else). When the GRPO rewards include
+    an outcome reward (``outcome_write`` / ``outcome_ask``), GRPO's prompts are mini-scenarios of the
+    training worlds (:func:`mags_lib.data.outcome.build_outcome_rows`), never held-out ones.
     """
     from ..models import base_model_dir
 
@@ -635,6 +703,10 @@ def train_role(role: str, *, run_tag: str, config: TrainConfig, data: dict | Non
     folder = run_dir(role, run_tag, models_root)
     folder.mkdir(parents=True, exist_ok=True)
     rows = training_rows(data, config)
+    if warm_start is not None:
+        ident = _stage_ident("sft", config, rows, base_dir=base_dir, prompt=prompt, data_hashes=data["hashes"],
+                             init_adapter=None)
+        reuse_warm_start(run_dir(role, warm_start, models_root) / "sft", folder / "sft", config_hash(ident), note)
     results = {}
     results["sft"] = train_stage("sft", config, rows, folder / "sft", base_dir=base_dir, prompt=prompt,
                                  data_hashes=data["hashes"], backend=backend, progress=progress, note=note)
@@ -643,9 +715,7 @@ def train_role(role: str, *, run_tag: str, config: TrainConfig, data: dict | Non
         import numpy as np
 
         g = config.grpo
-        pool = data["gen"]["train"].to_list()
-        if data.get("seed") is not None and role != "answer":
-            pool += data["seed"]["train"].to_list()
+        pool = grpo_pool(config, data, progress=progress)
         from transformers import AutoTokenizer
 
         tok = AutoTokenizer.from_pretrained(str(base_dir))

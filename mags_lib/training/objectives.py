@@ -1,0 +1,296 @@
+"""Training objectives compared (issue 15): variants of one role's GRPO stage from one warm start.
+
+A *variant* is a training objective (:data:`mags_lib.training.config.OBJECTIVES`) applied to the
+role's profile configuration with :func:`~mags_lib.training.config.with_objective`:
+
+* ``imitation`` -- the profile's own rewards (exact / op F1 first): the run of notebook 20 itself;
+* ``graph_cost-<w>`` -- the same plus the graph regulariser :func:`mags_lib.rewards.graph_cost_reward`
+  at weight ``w`` (operations, new nodes and edges, churn beyond the gold's);
+* ``outcome`` -- the prediction term: a frozen reader answers a mini-scenario's questions from the
+  memory the completion built (write) or recalled (ask), on training-world scenarios.
+
+Every variant continues the **same warm start** (copied from the notebook-20 run, never retrained,
+:func:`mags_lib.training.run.reuse_warm_start`), so the variants differ only in their GRPO rewards
+and spend the same GRPO steps. Each is saved as its own trained run, ``models/<role>/<tag>/`` with
+``tag = <run_tag>-obj-<variant>``, so the game and LoCoMo notebooks can evaluate any of them by
+configuration (``MAGS.default(models="trained", trained_tag=tag)`` once exported).
+
+Measured per variant (:func:`evaluate_variant`): held-out adherence, op F1 and exact F1 (the test
+splits, as notebook 20), operations stored per input against the gold's, and the **held-out
+outcome**: the share of questions of mini-scenarios built from the *test* worlds that the frozen
+reader answers from the memory the variant's outputs built -- the downstream figure the outcome
+reward optimises, on worlds no training row saw.
+
+>>> [v.name for v in variants(("imitation", "graph_cost", "outcome"), (0.5, 2.0))]
+['imitation', 'graph_cost-0.5', 'graph_cost-2', 'outcome']
+>>> variant_tag("default", variants(("graph_cost",), (0.5,))[0])
+'default-obj-graph_cost-0.5'
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from .config import OBJECTIVES, TrainConfig, profile_config, with_objective
+
+__all__ = ["Variant", "evaluate_variant", "findings", "heldout_outcome", "ops_per_input", "plot_signal",
+           "plot_tradeoff", "variant_config", "variant_table", "variant_tag", "variants"]
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One training objective of a comparison."""
+
+    name: str
+    objective: str
+    graph_cost_weight: float | None = None
+
+
+def variants(objectives: Sequence[str], graph_cost_weights: Sequence[float] = (0.5,)) -> list[Variant]:
+    """The variants of ``objectives`` (``graph_cost`` once per weight), in the order given."""
+    out = []
+    for obj in objectives:
+        if obj not in OBJECTIVES:
+            raise ValueError(f"unknown objective {obj!r}: choose from {OBJECTIVES}")
+        if obj == "graph_cost":
+            if not graph_cost_weights:
+                raise ValueError("the graph_cost objective needs at least one weight")
+            for w in graph_cost_weights:
+                if not w > 0:
+                    raise ValueError(f"graph-cost weights must be > 0, got {w!r}")
+                out.append(Variant(f"graph_cost-{float(w):g}", obj, float(w)))
+        else:
+            out.append(Variant(obj, obj))
+    if len({v.name for v in out}) != len(out):
+        raise ValueError(f"repeated variants: {[v.name for v in out]}")
+    return out
+
+
+def variant_tag(run_tag: str, variant: Variant) -> str:
+    """The run tag a variant is trained under (``imitation`` is notebook 20's run itself)."""
+    return run_tag if variant.objective == "imitation" else f"{run_tag}-obj-{variant.name}"
+
+
+def variant_config(role: str, profile: str, variant: Variant, *, seed: int = 0, reader_threads: int = 1,
+                   **overrides) -> TrainConfig:
+    """The role's profile configuration with the variant's GRPO rewards (warm start unchanged)."""
+    base = profile_config(role, profile, seed=seed, **overrides)
+    kw = {"graph_cost_weight": variant.graph_cost_weight} if variant.objective == "graph_cost" else {}
+    if variant.objective == "outcome":
+        kw["reader_threads"] = reader_threads
+    return with_objective(base, variant.objective, **kw)
+
+
+def ops_per_input(predictions: str | Path) -> dict:
+    """Operations per input in an evaluation's predictions file (``predictions_<set>_<mode>.jsonl``):
+    the model's (lenient parse) and the gold's means, and their ratio."""
+    from .. import protocol
+
+    lines = Path(predictions).read_text().splitlines()[1:]  # the first line is the cache header
+    recs = [json.loads(x) for x in lines if x.strip()]
+    if not recs:
+        raise ValueError(f"{predictions} holds no predictions")
+    role = "write" if any("<memory_write>" in r["gold"] for r in recs) else "ask"
+
+    def count(text: str) -> int:
+        return len(protocol.parse(text, role=role, mode="lenient").ops)
+
+    pred = sum(count(r["output"]) for r in recs) / len(recs)
+    gold = sum(count(r["gold"]) for r in recs) / len(recs)
+    return {"n": len(recs), "pred_ops": pred, "gold_ops": gold, "ratio": pred / gold if gold else None}
+
+
+def heldout_outcome(role: str, backend, prompt, *, profile: str = "default", seed: int = 0, n: int = 100,
+                    reader="llamacpp", reader_threads: int = 1, embedder="minilm", out: str | Path | None = None,
+                    progress: bool = False) -> dict:
+    """The share of held-out mini-scenario questions the frozen ``reader`` answers from the memory built
+    (write) or recalled (ask) with the outputs of ``backend`` (greedy, the role's trained ``prompt``).
+
+    Scenarios come from the **test** worlds of the profile's datasets (:func:`mags_lib.data.outcome.
+    heldout_worlds`), ``n`` of them; scored by the reward functions themselves. Returns ``{"n",
+    "outcome", "per_row"}``; the outputs are written to ``out/heldout_outcome.jsonl`` when ``out`` is
+    given.
+    """
+    from ..data import outcome
+    from ..rewards import get_reward
+
+    if role not in ("write", "ask"):
+        raise ValueError(f"the held-out outcome exists for the write and ask roles, got {role!r}")
+    worlds = outcome.heldout_worlds("test", profile=profile, seed=seed)
+    ocfg = outcome.OutcomeConfig(n=n, worlds=len(worlds), seed=seed, roles=(role,))
+    rows = outcome.build_outcome_rows(ocfg, worlds=worlds, split="test", progress=progress)[role]
+    msgs = [prompt.messages(r["input"]) for r in rows]
+    texts = []
+    for start in range(0, len(msgs), 8):
+        gens = backend.generate(msgs[start:start + 8], max_new_tokens=prompt.max_new_tokens, temperature=0.0,
+                                stop=list(prompt.stop) or None, seed=seed)
+        texts += [g.text for g in gens]
+    reward = get_reward(f"outcome_{role}", reader=reader, n_threads=reader_threads, embedder=embedder, seed=seed)
+    scores = reward(texts, scenario=[r["scenario"] for r in rows])
+    if out is not None:
+        from ..repro import atomic_write_text
+
+        Path(out).mkdir(parents=True, exist_ok=True)
+        atomic_write_text(Path(out) / "heldout_outcome.jsonl", "".join(
+            json.dumps({"id": r["id"], "input": r["input"], "output": t, "score": s}, ensure_ascii=False) + "\n"
+            for r, t, s in zip(rows, texts, scores)))
+    return {"n": len(rows), "outcome": sum(scores) / len(scores), "per_row": scores}
+
+
+def evaluate_variant(role: str, tag: str, profile: str, out_dir: str | Path, *, n: int, seed: int = 0,
+                     n_outcome: int = 100, threads: int | None = None, max_new_tokens: int | None = None,
+                     reader_threads: int = 1, progress: bool = False,
+                     note: Callable[[str], None] = print) -> dict:
+    """Held-out scores of a variant's final (GRPO) stage: notebook 20's table (test splits, free and
+    grammar decoding), operations per input, and the held-out outcome. Returns ``{"scores": DataFrame
+    records, "ops": {set: ops_per_input}, "outcome": heldout_outcome minus per_row}``."""
+    from ..backends import load_backend
+    from ..roles import prompt_for_model
+    from .layout import run_dir
+    from .report import _lora_gguf, evaluate_run
+
+    out = Path(out_dir)
+    scores = evaluate_run(role, tag, profile, out / "eval", n=n, seed=seed, stages=("grpo",), threads=threads,
+                          max_new_tokens=max_new_tokens, progress=progress, note=note)
+    ops = {p.name[len("predictions_"):-len("_free.jsonl")]: ops_per_input(p)
+           for p in sorted((out / "eval" / "grpo").glob("predictions_*_free.jsonl"))}
+    adapter = run_dir(role, tag) / "grpo"
+    prompt = prompt_for_model(role, adapter)
+    if max_new_tokens:
+        from dataclasses import replace
+
+        prompt = replace(prompt, max_new_tokens=max_new_tokens)
+    lora = _lora_gguf(adapter, out / "eval" / "grpo", note)
+    kw = {"n_threads": threads} if threads else {}
+    engine, model = ("llamacpp", str(lora)) if lora is not None else ("transformers", str(adapter))
+    with load_backend(engine, model, **kw) as b:
+        oc = heldout_outcome(role, b, prompt, profile=profile, seed=seed, n=n_outcome, reader_threads=reader_threads,
+                             out=out, progress=progress)
+    return {"scores": scores.to_dict(orient="records"), "ops": ops,
+            "outcome": {k: v for k, v in oc.items() if k != "per_row"}, "engine": engine}
+
+
+def _pick(scores: Sequence[dict], source: str, key: str):
+    """The free-decoding value of ``key`` on the ``source`` (``gen`` / ``seed``) test set, or None."""
+    for row in scores:
+        if row.get("mode") == "free" and str(row.get("set", "")).startswith(source + "_") and row.get(key) is not None:
+            return float(row[key])
+    return None
+
+
+def variant_table(results: dict, logs: dict, *, out_dir: str | Path | None = None, role: str | None = None):
+    """One row per variant: held-out scores, operations per input, held-out outcome and the GRPO signal
+    (:func:`mags_lib.rewards.signal_report` of its log, with the held-out outputs as the sampled
+    completions whose flags count)."""
+    import pandas as pd
+
+    from ..rewards import signal_report
+
+    rows = []
+    for name, r in results.items():
+        gen_ops = next((v for k, v in r["ops"].items() if k.startswith("gen_")), {})
+        samples = []
+        if out_dir is not None and (Path(out_dir) / name / "heldout_outcome.jsonl").is_file():
+            lines = (Path(out_dir) / name / "heldout_outcome.jsonl").read_text().splitlines()
+            samples = [{"completion": x["output"], "reward": x["score"], "input": x["input"],
+                        "role": role or ("write" if "write" in x["id"] else "ask")}
+                       for x in map(json.loads, lines) if x]
+        sig = signal_report(logs.get(name) or [], samples)
+        rows.append({"variant": name,
+                     "adherence": _pick(r["scores"], "gen", "adherence"),
+                     "op_f1_gen": _pick(r["scores"], "gen", "op_f1"),
+                     "exact_f1_gen": _pick(r["scores"], "gen", "exact_f1"),
+                     "op_f1_seed": _pick(r["scores"], "seed", "op_f1"),
+                     "ops_per_input": gen_ops.get("pred_ops"), "gold_ops_per_input": gen_ops.get("gold_ops"),
+                     "heldout_outcome": r["outcome"]["outcome"], "n_outcome": r["outcome"]["n"],
+                     "zero_std_mean": (sig["zero_std"] or {}).get("mean"), "kl_last": (sig["kl"] or {}).get("last"),
+                     "reward_first": (sig["reward"] or {}).get("first"), "reward_last": (sig["reward"] or {}).get("last"),
+                     "hacking_share": sig["hacking"], **{f"flag_{k}": v for k, v in sig["flags"].items()}})
+    return pd.DataFrame(rows)
+
+
+def findings(table) -> list[str]:
+    """Issue 15's targets checked against the ``imitation`` row, whichever way they come out.
+
+    >>> import pandas as pd
+    >>> t = pd.DataFrame([{"variant": "imitation", "op_f1_gen": .60, "ops_per_input": 2.0, "heldout_outcome": .5},
+    ...                   {"variant": "graph_cost-2", "op_f1_gen": .59, "ops_per_input": 1.2, "heldout_outcome": .5},
+    ...                   {"variant": "outcome", "op_f1_gen": .40, "ops_per_input": 1.0, "heldout_outcome": .45}])
+    >>> for line in findings(t): print(line)
+    graph_cost-2: operations per input -40% (2.00 -> 1.20) at op F1 -0.010 (target: -30% at <= 2 points): met
+    graph-cost target (a weight cutting operations >= 30% at <= 2 points of op F1): met by graph_cost-2
+    outcome: held-out outcome 0.450 vs imitation 0.500 (target: at least as good): missed
+    """
+    rows = {r["variant"]: r for r in table.to_dict(orient="records")}
+    base = rows.get("imitation")
+    if base is None:
+        return ["no imitation row: the targets are relative to it (add imitation to objective_list)"]
+    out, met = [], []
+    for name, r in rows.items():
+        if not name.startswith("graph_cost"):
+            continue
+        if not base.get("ops_per_input") or r.get("ops_per_input") is None or r.get("op_f1_gen") is None:
+            out.append(f"{name}: no operations-per-input or op F1 figure")
+            continue
+        cut = 1 - r["ops_per_input"] / base["ops_per_input"]
+        drop = base["op_f1_gen"] - r["op_f1_gen"]
+        ok = cut >= 0.30 and drop <= 0.02
+        met += [name] if ok else []
+        out.append(f"{name}: operations per input {-cut:+.0%} ({base['ops_per_input']:.2f} -> {r['ops_per_input']:.2f}) "
+                   f"at op F1 {-drop:+.3f} (target: -30% at <= 2 points): {'met' if ok else 'missed'}")
+    if any(n.startswith("graph_cost") for n in rows):
+        out.append("graph-cost target (a weight cutting operations >= 30% at <= 2 points of op F1): "
+                   + (f"met by {', '.join(met)}" if met else "missed by every weight tried"))
+    if "outcome" in rows:
+        o, b = rows["outcome"]["heldout_outcome"], base["heldout_outcome"]
+        out.append(f"outcome: held-out outcome {o:.3f} vs imitation {b:.3f} (target: at least as good): "
+                   f"{'met' if o >= b else 'missed'}")
+    return out
+
+
+def plot_signal(logs: dict, *, path: str | Path | None = None):
+    """Per variant against GRPO step: weighted reward, zero-variance share of groups, KL to the warm start."""
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 3, figsize=(14, 3.4))
+    for ax, key, title in zip(axes, ("reward", "frac_reward_zero_std", "kl"),
+                              ("weighted reward", "zero-variance groups (share)", "KL to the warm start")):
+        for name, log in logs.items():
+            pts = [(r["step"], r[key]) for r in log if r.get(key) is not None]
+            if pts:
+                ax.plot(*zip(*pts), marker=".", label=name)
+        ax.set(title=title, xlabel="GRPO step")
+    if any(logs.values()):
+        axes[0].legend(fontsize=7)
+    fig.tight_layout()
+    if path is not None:
+        fig.savefig(path, dpi=120)
+    return fig
+
+
+def plot_tradeoff(table, *, path: str | Path | None = None):
+    """Operations per input against op F1 (generated test split) per variant, and the held-out outcome."""
+    import matplotlib.pyplot as plt
+
+    fig, (a, b) = plt.subplots(1, 2, figsize=(11, 3.8))
+    for r in table.to_dict(orient="records"):
+        if r.get("ops_per_input") is not None and r.get("op_f1_gen") is not None:
+            a.scatter(r["ops_per_input"], r["op_f1_gen"])
+            a.annotate(r["variant"], (r["ops_per_input"], r["op_f1_gen"]), fontsize=8, xytext=(4, 4),
+                       textcoords="offset points")
+    gold = table["gold_ops_per_input"].dropna()
+    if len(gold):
+        a.axvline(float(gold.iloc[0]), color="gray", ls="--", lw=1, label="gold operations per input")
+        a.legend(fontsize=7)
+    a.set(xlabel="operations stored per input", ylabel="op F1 (generated test split)",
+          title="graph cost: fewer operations at what F1")
+    b.bar(table["variant"], table["heldout_outcome"], color="tab:green")
+    b.set(ylabel="share of questions answered", title="held-out outcome (test-world mini-scenarios)", ylim=(0, 1))
+    b.tick_params(axis="x", labelrotation=20)
+    fig.tight_layout()
+    if path is not None:
+        fig.savefig(path, dpi=120)
+    return fig

@@ -1,0 +1,141 @@
+"""The training-objective variants of issue 15 run through the real training stages (tiny model).
+
+* GRPO with an outcome reward reads each prompt's mini-scenario (the ``scenario`` column reaches the
+  reward) and logs that reward per step;
+* the GRPO prompt pool of an outcome objective is made of training-world mini-scenarios, that of the
+  imitation objective of the generated train split;
+* a variant continues another run's warm start only when that warm start has the same content.
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import json
+
+import pytest
+
+from mags_lib.data import GenerationConfig, generate_role_splits
+from mags_lib.data.outcome import OutcomeConfig, build_outcome_rows
+from mags_lib.roles import ROLE_SPECS
+from mags_lib.training import GRPOConfig, LoraSpec, SFTConfig, TrainConfig, profile_config
+from mags_lib.training.config import with_objective
+from mags_lib.training.run import grpo_pool, grpo_rows, reuse_warm_start, train_stage
+
+from test_training import tiny_base  # noqa: F401  (module fixture: a 2-layer Llama with SmolLM2's tokenizer)
+
+
+def _oracle(question, items):
+    """Answers with every recalled item: correct exactly when the needed object was stored."""
+    return " ; ".join(items)
+
+
+@pytest.fixture(scope="module")
+def outcome_rows():
+    return build_outcome_rows(OutcomeConfig(n=6, worlds=4, seed=0, roles=("write",)), progress=False)["write"]
+
+
+def _cfg(grpo: GRPOConfig | None = None) -> TrainConfig:
+    return TrainConfig(role="write", profile="smoke", seed=0, lora=LoraSpec(r=4, alpha=8), threads=1,
+                       sft=SFTConfig(max_steps=2, batch_size=2, save_steps=2, learning_rate=1e-3, n_generated=0),
+                       grpo=grpo)
+
+
+def test_grpo_rows_carry_the_scenario_of_outcome_rows_and_refuse_a_mix(outcome_rows):
+    prompt = ROLE_SPECS["write"].trained
+    out = grpo_rows(outcome_rows[:2], prompt)
+    assert [json.loads(o["scenario"]) for o in out] == [json.loads(r["scenario"]) for r in outcome_rows[:2]]
+    plain = {k: v for k, v in outcome_rows[2].items() if k != "scenario"}
+    assert "scenario" not in grpo_rows([plain], prompt)[0]  # ordinary rows: no column
+    with pytest.raises(ValueError, match="no 'scenario'"):
+        grpo_rows([outcome_rows[0], plain], prompt)
+
+
+def test_outcome_grpo_scores_the_scenarios_and_logs_the_reward(tiny_base, outcome_rows, tmp_path):  # noqa: F811
+    """About 20 s: a 2-step warm start, then 2 GRPO steps whose outcome reward reads the scenarios."""
+    prompt = ROLE_SPECS["write"].trained
+    cfg = _cfg()
+    sft = train_stage("sft", cfg, outcome_rows[:4], tmp_path / "sft", base_dir=tiny_base, prompt=prompt,
+                      data_hashes={"t": "1"}, progress=False)
+    seen = []
+
+    def reader(question, items):
+        seen.append(question)
+        return _oracle(question, items)
+
+    g = GRPOConfig(max_steps=2, prompts_per_step=1, num_generations=2, max_completion_length=8,
+                   rewards={"outcome_write": 1.0, "format": 0.5}, select_hard=False, save_steps=2,
+                   reward_options={"outcome_write": {"reader": reader, "embedder": "hash"}})
+    res = train_stage("grpo", dataclasses.replace(cfg, grpo=g), outcome_rows[:2], tmp_path / "grpo",
+                      base_dir=tiny_base, prompt=prompt, data_hashes={"t": "1"}, init_adapter=sft.folder,
+                      progress=False)
+    assert res.steps == 2
+    questions = {q["question"] for r in outcome_rows[:2] for q in json.loads(r["scenario"])["questions"]}
+    assert seen and set(seen) <= questions  # the reader was asked the scenarios' own questions
+    with open(res.folder / "log.csv") as f:
+        log = list(csv.DictReader(f))
+    col = "rewards/outcome_write_reward/mean"
+    assert len(log) == 2 and all(r.get(col) not in (None, "", "nan") for r in log)
+
+
+def test_the_grpo_pool_follows_the_objective():
+    gen = GenerationConfig(n_train=12, n_validation=2, n_test=2, worlds_train=20, worlds_validation=1,
+                           worlds_test=1, seed=0)
+    splits = generate_role_splits(gen, progress=False)[0]
+
+    class _Split(list):
+        def to_list(self):
+            return list(self)
+
+    data = {"gen": {"train": _Split(splits["write"]["train"])}, "seed": None}
+    base = profile_config("write", "smoke")
+    assert grpo_pool(base, data) == splits["write"]["train"]
+    outcome = with_objective(base, "outcome")
+    pool = grpo_pool(outcome, data)
+    assert len(pool) == outcome.grpo.n_prompts and all("scenario" in r for r in pool)
+    assert all(r["world_id"].startswith("tr") for r in pool)  # training worlds only
+
+
+def test_a_variant_reuses_a_warm_start_of_the_same_content_only(tiny_base, outcome_rows, tmp_path):  # noqa: F811
+    prompt = ROLE_SPECS["write"].trained
+    sft = train_stage("sft", _cfg(), outcome_rows[:4], tmp_path / "a" / "sft", base_dir=tiny_base, prompt=prompt,
+                      data_hashes={"t": "1"}, progress=False)
+    digest = json.loads((sft.folder / "meta.json").read_text())["content_hash"]
+    dest = tmp_path / "b" / "sft"
+    with pytest.raises(ValueError, match="another content"):
+        reuse_warm_start(sft.folder, dest, "0" * 16, note=lambda s: None)
+    assert not dest.exists()  # nothing written on refusal
+    assert reuse_warm_start(sft.folder, dest, digest, note=lambda s: None)
+    assert (dest / "adapter_model.safetensors").read_bytes() == (sft.folder / "adapter_model.safetensors").read_bytes()
+    assert not (dest / "checkpoints").exists()
+    again = train_stage("sft", _cfg(), outcome_rows[:4], dest, base_dir=tiny_base, prompt=prompt,
+                        data_hashes={"t": "1"}, progress=False)
+    assert again.skipped  # the copy is recognised as this stage, not retrained
+
+
+def test_heldout_outcome_scenarios_come_from_the_test_worlds_only():
+    from mags_lib.data import outcome, profile_config
+
+    _, worlds = generate_role_splits(profile_config("smoke", seed=0), progress=False)
+    test = outcome.heldout_worlds("test", profile="smoke", seed=0)
+    assert [w.invented_names for w in test] == [w.invented_names for w in worlds["test"]]
+    train_names = set().union(*(w.invented_names for w in worlds["train"]))
+    rows = outcome.build_outcome_rows(OutcomeConfig(n=4, roles=("write",)), worlds=test, split="test",
+                                      progress=False)["write"]
+    assert all(r["world_id"].startswith("te") and r["id"].startswith("outcome-write-test-") for r in rows)
+    text = " ".join(r["input"] + r["scenario"] for r in rows)
+    assert not any(n in text for n in train_names if len(n) > 4)  # no training entity leaks into them
+    with pytest.raises(ValueError, match="held-out"):
+        outcome.heldout_worlds("train", profile="smoke")
+
+
+def test_ops_per_input_counts_the_model_and_the_gold(tmp_path):
+    from mags_lib.training.objectives import ops_per_input
+
+    w = "<memory_write>{}</memory_write>"
+    recs = [{"gold": w.format("a,b,c") + w.format("a,d,e"), "output": w.format("a,b,c")},
+            {"gold": w.format("x,y,z"), "output": w.format("x,y,z") * 3}]
+    p = tmp_path / "predictions_gen_write_free.jsonl"
+    p.write_text("\n".join([json.dumps({"cache_key": "k"})] + [json.dumps(r) for r in recs]) + "\n")
+    got = ops_per_input(p)
+    assert (got["n"], got["pred_ops"], got["gold_ops"]) == (2, 2.0, 1.5)  # (1 + 3) / 2 and (2 + 1) / 2
