@@ -6,7 +6,8 @@ the protocol (:mod:`mags_lib.protocol`: tags, parser, grammars, prompts) and the
 
 * ``observe(text, source=, time=)``: an episodic node for the input, then the **write** model turns
   the input into ``<memory_write>`` triplets, engrammed into the graph with the same ``source`` id
-  (so every derived node and fact traces back to what was said, and when);
+  (so every derived node and fact traces back to what was said, and when); ``observe_many(items)``
+  does the same for a list of turns, batching the write model's calls;
 * ``ask(question)``: the **ask** model turns the question into ``<memory_ask>`` queries, the graph
   recalls facts (with a trace), and the **answer** model answers from the recalled facts, packed
   into the prompt within a token budget (the memory tokens of every query are recorded);
@@ -427,6 +428,25 @@ def _alive_node(g: Any, node_id: str) -> bool:
     return True
 
 
+_TURN_KEYS = ("text", "source", "time", "speaker")
+
+
+def _turn_fields(item: Any, i: int) -> tuple:
+    """The :meth:`MAGS.observe` arguments of one :meth:`MAGS.observe_many` item (a text, dict or tuple)."""
+    if isinstance(item, str):
+        return (item,)
+    if isinstance(item, dict):
+        bad = set(item) - set(_TURN_KEYS)
+        if bad or "text" not in item:
+            raise ValueError(f"items[{i}]: a turn dict needs 'text' and may hold {_TURN_KEYS[1:]}, "
+                             f"got keys {sorted(item)}")
+        return tuple(item.get(k) for k in _TURN_KEYS)
+    if isinstance(item, (tuple, list)) and 1 <= len(item) <= 4:
+        return tuple(item)
+    raise TypeError(f"items[{i}]: a turn is a text, a dict with 'text' (and 'source', 'time', 'speaker') or a "
+                    f"tuple (text[, source[, time[, speaker]]]), got {item!r:.80}")
+
+
 def find_trained_model(role: str, *, run_tag: str = "default", backend: str = "llamacpp",
                        models_root: str | Path | None = None) -> Path:
     """The trained model of ``role`` from run ``run_tag`` (``models/<role>/<run_tag>/``).
@@ -649,7 +669,7 @@ class MAGS:
 
         With ``config.memory`` other than ``"graph"`` no model runs: ``"rag"`` and
         ``"full_context"`` store the episode only (never updated by the dynamics), ``"none"``
-        stores nothing.
+        stores nothing. :meth:`observe_many` stores a whole list of turns, batching the model calls.
 
         Parameters
         ----------
@@ -667,26 +687,119 @@ class MAGS:
         """
         import time as _time
 
+        t0 = _time.perf_counter()
+        turn = self._observation_args(text, source, time, speaker)
+        # the model call first: if it fails (context overflow, a broken model file), nothing changed
+        ext = self.extract_many([turn[0]], "write", nonempty=self.config.write_nonempty)[0] \
+            if self.config.memory == "graph" else None
+        return self._store_turn(*turn, ext, t0=t0)
+
+    def observe_many(self, items: Sequence[Any], *, batch_size: int = 32,
+                     progress: bool | None = None) -> list[Observation]:
+        """Store many observations in order: the memory :meth:`observe` called on each would build.
+
+        The write model runs on ``batch_size`` turns per call (the backends' ``generate`` takes a
+        list of prompts); each turn's triplets are then engrammed in order, with the periodic
+        ``maintain`` where the loop would run it. The graph, its operation log, the episodes and the
+        provenance equal the loop's whenever the backend answers a prompt in a batch as it answers it
+        alone (llama.cpp decodes the prompts one after another; a transformers batch is left-padded,
+        which can change a greedy output in rare cases, and sampling with ``temperature > 0`` draws
+        differently).
+
+        **All or nothing for the whole call**: every item is checked before the first model call,
+        and the turns' changes run in one :meth:`LiquidGraph.transaction`; if a model call or a turn
+        raises, the memory, the turn counter and the latencies are as before the call -- never a
+        half-applied turn, and no turn of the call is kept. To keep what a very long list already
+        stored when a later turn may fail, call it per chunk (a session, say).
+
+        Parameters
+        ----------
+        items : sequence
+            One per turn: a text, a dict with ``"text"`` and optional ``"source"``, ``"time"``,
+            ``"speaker"``, or a tuple ``(text[, source[, time[, speaker]]])`` -- the arguments of
+            :meth:`observe`.
+        batch_size : int
+            Turns per write-model call.
+        progress : bool, optional
+            Show a progress bar (tqdm); default: for 100 turns or more.
+
+        Returns
+        -------
+        list of Observation
+            One per item, in order; ``seconds`` is the turn's share of its batch's model call plus
+            its own memory changes.
+        """
+        import contextlib
+        import time as _time
+
+        from tqdm.auto import tqdm
+
+        if isinstance(items, (str, bytes, dict)) or not isinstance(items, Sequence):
+            raise TypeError(f"observe_many takes a list of turns (texts, dicts or tuples), got {type(items).__name__}")
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+            raise ValueError(f"batch_size must be an integer >= 1, got {batch_size!r}")
+        turns = []
+        for i, x in enumerate(items):  # every item checked before the first model call
+            try:
+                turns.append(self._observation_args(*_turn_fields(x, i)))
+            except (TypeError, ValueError) as exc:
+                raise type(exc)(exc.args[0] if str(exc).startswith("items[") else f"items[{i}]: {exc}") from exc
+        c = self.config
+        counters = (self._turn, self.n_observations, {k: len(v) for k, v in self.latencies.items()})
+        out: list[Observation] = []
+        bar = tqdm(total=len(turns), desc="observe", unit="turn",
+                   disable=not (len(turns) >= 100 if progress is None else progress))
+        try:
+            # one transaction for the call (a failure undoes every turn of it); the turns inside need none
+            with self.graph.transaction() if c.memory != "none" else contextlib.nullcontext():
+                for start in range(0, len(turns), batch_size):
+                    chunk = turns[start:start + batch_size]
+                    t0 = _time.perf_counter()
+                    exts = (self.extract_many([t[0] for t in chunk], "write", nonempty=c.write_nonempty)
+                            if c.memory == "graph" else [None] * len(chunk))
+                    share = (_time.perf_counter() - t0) / len(chunk)
+                    for turn, ext in zip(chunk, exts):
+                        out.append(self._store_turn(*turn, ext, t0=_time.perf_counter() - share, atomic=False))
+                    bar.update(len(chunk))
+        except BaseException:
+            self._turn, self.n_observations = counters[0], counters[1]
+            for k, n in counters[2].items():
+                del self.latencies[k][n:]
+            raise
+        finally:
+            bar.close()
+        return out
+
+    def _observation_args(self, text: Any, source: Any = None, time: Any = None,
+                          speaker: Any = None) -> tuple[str, str | None, str | None, str | None]:
+        """:meth:`observe`'s arguments checked and normalised (nothing changes before this passes)."""
         from .graph.core import _clean_speaker
         from .graph.values import clean_source, clean_time
 
-        t0 = _time.perf_counter()
-        text = self._check_text(text)
-        source, time, speaker = clean_source(source), clean_time(time), _clean_speaker(speaker)
+        return self._check_text(text), clean_source(source), clean_time(time), _clean_speaker(speaker)
+
+    def _store_turn(self, text: str, source: str | None, time: str | None, speaker: str | None,
+                    ext: Extraction | None, *, t0: float, atomic: bool = True) -> Observation:
+        """One observed turn's memory changes, from the write model's output ``ext`` (None: no model).
+
+        ``atomic``: inside its own graph transaction (:meth:`observe`); :meth:`observe_many` runs
+        every turn inside one transaction of its own."""
+        import contextlib
+        import time as _time
+
         turn = self._turn + 1
         source = source if source is not None else f"T{turn}"
         c = self.config
-        ext, triplets, dropped = None, [], []
-        if c.memory == "graph":
-            # the model call first: if it fails (context overflow, a broken model file), nothing changed
-            ext = self.extract_many([text], "write", nonempty=c.write_nonempty)[0]
+        triplets, dropped = [], []
+        if ext is not None:
             triplets = list(dict.fromkeys(resolve_speaker(t, speaker) for t in ext.lenient.triplets))
             said = text if speaker is None else f"{speaker}: {text}"  # the speaker's name grounds "I"
             dropped = [t for t in triplets if not grounded(t, said)] if c.write_grounding else []
             triplets = [t for t in triplets if t not in dropped]
         maintained = report = ep = None
         if c.memory != "none":
-            with self.graph.transaction():  # the turn's changes to the memory apply whole or not at all
+            # the turn's changes to the memory apply whole or not at all
+            with self.graph.transaction() if atomic else contextlib.nullcontext():
                 ep = self.graph.add_episode(text, source=source, time=time, speaker=speaker)
                 if c.memory == "graph":
                     report = self.graph.engram(triplets, episode=ep, source=source, time=time)
