@@ -1,11 +1,14 @@
-"""Property tests (hypothesis) over random sequences of engram / recall / reinforce / maintain."""
+"""Property tests (hypothesis) over random sequences of engram / recall / reinforce / maintain / compact
+(and, for some draws, maintain compacting by itself)."""
+
+import dataclasses
 
 import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from mags_lib.embed import HashEmbedder
-from mags_lib.graph import DynamicsConfig, GraphConfig, LiquidGraph, RecallConfig
+from mags_lib.graph import DynamicsConfig, GraphConfig, LimitsConfig, LiquidGraph, RecallConfig
 from mags_lib.graph.core import _state_differences
 
 EMB = HashEmbedder(dim=64)
@@ -17,7 +20,9 @@ CFG = GraphConfig(
                             working_capacity=6, scc_merge_similarity=0.3, solidify_strength=0.6,
                             solidify_min_uses=1, gol_survive_max=3),
     recall=RecallConfig(n_anchors=2, min_path_strength=0.01),
+    limits=LimitsConfig(compact_dead_share=None),
 )
+CFG_COMPACT = dataclasses.replace(CFG, limits=LimitsConfig(compact_dead_share=0.3, compact_min_rows=0))
 
 triplet = st.tuples(st.sampled_from(WORDS), st.sampled_from(RELS), st.sampled_from(WORDS))
 op = st.one_of(
@@ -27,11 +32,15 @@ op = st.one_of(
     st.tuples(st.just("maintain")),
     st.tuples(st.just("permanent"), st.sampled_from(WORDS)),
     st.tuples(st.just("snapshot")),
+    st.tuples(st.just("compact")),
 )
 
 
 def check_invariants(g: LiquidGraph) -> None:
     nd, ed = g.nodes, g.edges
+    # ids increase with the rows and stay below the next id; a compaction leaves no dead edge
+    for store in (nd, ed):
+        assert (np.diff(store.uid) > 0).all() and (store.uid < store.next_uid).all()
     alive_nodes = set(np.flatnonzero(nd.alive).tolist())
     assert set(g.G.nodes) == alive_nodes
     # no dangling edges: every alive edge (valid or superseded) joins two alive nodes
@@ -49,13 +58,13 @@ def check_invariants(g: LiquidGraph) -> None:
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(st.lists(op, min_size=1, max_size=22))
-def test_random_operation_sequences(ops):
-    g = LiquidGraph(EMB, config=CFG)
+@given(st.lists(op, min_size=1, max_size=22), st.sampled_from([CFG, CFG_COMPACT]))
+def test_random_operation_sequences(ops, cfg):
+    g = LiquidGraph(EMB, config=cfg)
     last = None
     snap = None
     for i, o in enumerate(ops):
-        perm_before = set(np.flatnonzero(g.nodes.alive & g.nodes.permanent).tolist())
+        perm_before = g.nodes.uid[g.nodes.alive & g.nodes.permanent]  # ids: maintain may compact the rows
         kind = o[0]
         if kind == "engram":
             ep = g.add_episode(f"input {i}: " + "; ".join(" ".join(t) for t in o[1]), source=f"S{i}") if o[2] else None
@@ -64,7 +73,8 @@ def test_random_operation_sequences(ops):
             last = g.recall(o[1], k=o[2])
             for it in last.items:
                 if it.kind == "fact":  # invalidated (or pruned) edges are never recalled
-                    assert g.edges.valid[it.edge_id] and g.edges.alive[it.edge_id]
+                    r = g.edges.row(it.edge_id)
+                    assert r >= 0 and g.edges.valid[r] and g.edges.alive[r]
                 else:
                     assert g.nodes.alive[g._idx(it.node_id)]
             assert len(last.items) <= o[2]
@@ -83,11 +93,16 @@ def test_random_operation_sequences(ops):
                 g.set_permanent(nid)
         elif kind == "snapshot" and snap is None:
             snap = (g.snapshot(), g._state())
+        elif kind == "compact":
+            facts = g.facts(include_invalid=True)
+            g.compact()
+            assert not (~g.edges.alive).any() and g.facts(include_invalid=True) == facts
         check_invariants(g)
         # permanent nodes are never pruned
-        assert g.nodes.alive[list(perm_before)].all() if perm_before else True
+        rows = g.nodes.rows(perm_before)
+        assert (rows >= 0).all() and g.nodes.alive[rows].all()
     # replay of the operation log rebuilds the same graph
-    h = LiquidGraph.replay(g.oplog, EMB, config=CFG)
+    h = LiquidGraph.replay(g.oplog, EMB, config=cfg)
     assert _state_differences(g._state(), h._state()) == []
     # snapshot then rollback restores the graph exactly (and the log prefix replays to it)
     if snap is not None:
@@ -95,5 +110,5 @@ def test_random_operation_sequences(ops):
         g.rollback(sid)
         assert _state_differences(g._state(), state) == []
         check_invariants(g)
-        h2 = LiquidGraph.replay(g.oplog, EMB, config=CFG)
+        h2 = LiquidGraph.replay(g.oplog, EMB, config=cfg)
         assert _state_differences(g._state(), h2._state()) == []

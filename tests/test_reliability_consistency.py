@@ -4,6 +4,8 @@ The property test runs 1,000 seeded random operation sequences on small graphs w
 embedder and checks after *every* step that the live graph, its save->load copy (the same encoder
 and decoder as the files on disk, in memory) and its operation-log replay hold the same state and
 recall the same items in the same order; every 4th sequence ends with a real save to disk and a load.
+Compaction of dead rows is one of the random operations, and in half the blocks ``maintain`` also
+compacts by itself (a low ``compact_dead_share``).
 """
 
 from __future__ import annotations
@@ -134,8 +136,10 @@ CFG = GraphConfig(
                             working_capacity=6, scc_merge_similarity=0.3, solidify_strength=0.6,
                             solidify_min_uses=1, gol_survive_max=3),
     recall=RecallConfig(n_anchors=2, min_path_strength=0.01, max_branch=2),
-    limits=LimitsConfig(max_snapshots=2, max_oplog_ops=5, max_coactivation=6),
+    limits=LimitsConfig(max_snapshots=2, max_oplog_ops=5, max_coactivation=6, compact_dead_share=None),
 )
+CFG_COMPACT = dataclasses.replace(CFG, limits=dataclasses.replace(CFG.limits, compact_dead_share=0.2,
+                                                                    compact_min_rows=0))
 QUERIES = [["alice"], ["blue die", "tea"], ["ten"], ["dog", "paris", "chess"]]
 
 
@@ -162,8 +166,8 @@ def check_same(live: LiquidGraph, others: dict[str, LiquidGraph], what: str, que
 
 
 def random_step(g: LiquidGraph, rng: random.Random, i: int, last):
-    kind = rng.choices(["engram", "recall", "reinforce", "maintain", "permanent", "snapshot", "rollback"],
-                       weights=[5, 3, 1, 2, 1, 1, 1])[0]
+    kind = rng.choices(["engram", "recall", "reinforce", "maintain", "permanent", "snapshot", "rollback", "compact"],
+                       weights=[5, 3, 1, 2, 1, 1, 1, 1])[0]
     if kind == "engram":
         trips = [(rng.choice(WORDS), rng.choice(RELS), rng.choice(WORDS)) for _ in range(rng.randint(1, 3))]
         if rng.random() < 0.7:
@@ -187,19 +191,24 @@ def random_step(g: LiquidGraph, rng: random.Random, i: int, last):
     elif kind == "rollback" and g.snapshots:
         g.rollback(rng.choice(g.snapshots))
         last = None
+    elif kind == "compact":
+        g.compact()  # a recall taken before it still reinforces the same edges (ids do not change)
     return kind, last
 
 
 @pytest.mark.parametrize("block", range(4))
 def test_live_equals_saved_equals_replayed_after_every_step(tmp_path, monkeypatch, block):
-    """250 sequences per block (1,000 in all), 1-10 steps each; a real save to disk every 4th."""
+    """250 sequences per block (1,000 in all), 1-10 steps each; a real save to disk every 4th; in odd
+    blocks maintain() compacts whenever a fifth of the rows are dead."""
     monkeypatch.setattr(os, "fsync", lambda fd: None)  # no crash here: durability is not what is tested
+    cfg = CFG_COMPACT if block % 2 else CFG
     n_seq = 0
     n_steps = 0
+    n_compacted = 0
     for s in range(block * 250, (block + 1) * 250):
         rng = random.Random(s)
-        g = LiquidGraph(EMB, config=CFG)
-        replica = LiquidGraph(EMB, config=CFG)
+        g = LiquidGraph(EMB, config=cfg)
+        replica = LiquidGraph(EMB, config=cfg)
         last = None
         for i in range(rng.randint(1, 10)):
             n_before, base_before = len(g.oplog), g.oplog_base
@@ -207,7 +216,7 @@ def test_live_equals_saved_equals_replayed_after_every_step(tmp_path, monkeypatc
             n_steps += 1
             if kind == "rollback" or g.oplog_base is not base_before or len(g.oplog) < n_before:
                 # the log was truncated (rollback) or folded into a new base: replay from scratch
-                replica = LiquidGraph.replay(g.oplog, EMB, config=CFG, base=g.oplog_base)
+                replica = LiquidGraph.replay(g.oplog, EMB, config=cfg, base=g.oplog_base)
             else:
                 for op in g.oplog[n_before:]:
                     replica.apply(op)
@@ -215,6 +224,7 @@ def test_live_equals_saved_equals_replayed_after_every_step(tmp_path, monkeypatc
             # (rebuilt from the stores, so its networkx structure differs from the live one's history)
             check_same(g, {"replay": replica, "save->load": loaded_copy(g)}, f"seq {s} step {i} ({kind})",
                        state_only=("replay",))
+            n_compacted += g.nodes.n < g.nodes.next_uid or g.edges.n < g.edges.next_uid
         check_same(g, {"replay": replica}, f"seq {s}", QUERIES)
         if s % 4 == 0:  # the files on disk (the in-memory files above are the same bytes)
             h = LiquidGraph.load(g.save(tmp_path / f"g{s % 3}"), EMB)
@@ -222,6 +232,27 @@ def test_live_equals_saved_equals_replayed_after_every_step(tmp_path, monkeypatc
             assert h.oplog == g.oplog and (h.oplog_base is None) == (g.oplog_base is None)
         n_seq += 1
     assert n_seq == 250 and n_steps > 1200
+    assert n_compacted > 10 or not block % 2  # steps taken after a compaction (more in the test below)
+
+
+def test_long_sequences_with_compaction_stay_equal(monkeypatch):
+    """40 sequences of 40 steps; maintain() compacts whenever a tenth of the rows are dead, and the
+    random steps compact too: live, replayed and saved->loaded graphs agree after every step."""
+    monkeypatch.setattr(os, "fsync", lambda fd: None)
+    cfg = dataclasses.replace(CFG, limits=dataclasses.replace(CFG.limits, compact_dead_share=0.1, compact_min_rows=0))
+    n_after = 0
+    for s in range(40):
+        rng = random.Random(10_000 + s)
+        g = LiquidGraph(EMB, config=cfg)
+        last = None
+        for i in range(40):
+            kind, last = random_step(g, rng, i, last)
+            replica = LiquidGraph.replay(g.oplog, EMB, config=cfg, base=g.oplog_base)
+            check_same(g, {"replay": replica, "save->load": loaded_copy(g)}, f"seq {s} step {i} ({kind})",
+                       state_only=("replay",))
+            n_after += g.nodes.n < g.nodes.next_uid or g.edges.n < g.edges.next_uid
+        check_same(g, {"replay": g.replayed()}, f"seq {s}", QUERIES)
+    assert n_after > 400  # steps taken on a compacted graph
 
 
 def test_rollback_equals_the_snapshot_and_recalls_the_same():

@@ -149,7 +149,7 @@ def simulate(config=None, *, n_turns: int = 600, maintain_every: int | None = No
         ep = g.add_episode(text, source=f"T{t}")
         rep = g.engram([trip], episode=ep, importance=0.9 if important else None)
         edge_of.append((rep.new_edges or rep.reinforced_edges)[0])
-        ep_of.append(g._idx(ep))
+        ep_of.append(int(ep[2:]))  # ids, not rows: maintain() may compact the stores
         if important:
             group[t] = 1
         elif used_every and t % used_every == 1:
@@ -159,9 +159,9 @@ def simulate(config=None, *, n_turns: int = 600, maintain_every: int | None = No
         if maintain_every and (t + 1) % maintain_every == 0:
             g.maintain()
     ed, nd = g.edges, g.nodes
-    e = np.asarray(edge_of)
-    valid = ed.alive[e] & ed.valid[e]
-    evidence = nd.alive[np.asarray(ep_of)]
+    e, ep_rows = ed.rows(edge_of), nd.rows(ep_of)  # -1: removed and compacted away
+    valid = (e >= 0) & ed.alive[e] & ed.valid[e]
+    evidence = (ep_rows >= 0) & nd.alive[ep_rows]
     recallable = np.zeros(len(turns), dtype=bool)
     if recall_check:
         quiet = replace(cfg.recall, touch=False, coactivation=False)

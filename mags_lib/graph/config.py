@@ -482,7 +482,8 @@ class DynamicsConfig:
 
 @dataclass(frozen=True)
 class LimitsConfig:
-    """Bounds on what the memory keeps besides the graph itself (snapshots, log, co-activations).
+    """Bounds on what the memory keeps besides the graph itself (snapshots, log, co-activations, the
+    dead rows of removed nodes and edges).
 
     The newest snapshot is always kept, even when it alone exceeds ``max_snapshot_bytes``. A snapshot
     holds a copy of the numeric columns (about 90 bytes per node and 110 per edge) and shares the
@@ -494,6 +495,9 @@ class LimitsConfig:
     max_oplog_ops: int | None = 100_000  # ops in the log; beyond, the log is folded into a checkpointed
     # base state (replay = base state + log), so the log and replay time stay bounded
     max_coactivation: int = 10_000  # co-activated anchor pairs kept between maintain ticks (oldest dropped)
+    compact_dead_share: float | None = 0.5  # maintain() compacts the stores (LiquidGraph.compact: drops
+    # the rows of pruned and merged nodes and edges) once such rows pass this share of all rows; None: never
+    compact_min_rows: int = 1024  # ... and only when the stores hold at least this many rows (nodes + edges)
 
     def __post_init__(self) -> None:
         coerce_fields(self)
@@ -503,6 +507,10 @@ class LimitsConfig:
                 raise ValueError(f"{name} must be None or >= 1, got {v}")
         if self.max_coactivation < 0:
             raise ValueError(f"max_coactivation must be >= 0, got {self.max_coactivation}")
+        if self.compact_dead_share is not None and not 0.0 < self.compact_dead_share < 1.0:
+            raise ValueError(f"compact_dead_share must be None or in (0, 1), got {self.compact_dead_share!r}")
+        if self.compact_min_rows < 0:
+            raise ValueError(f"compact_min_rows must be >= 0, got {self.compact_min_rows}")
 
 
 @dataclass(frozen=True)

@@ -3,11 +3,14 @@
 Storage layout
 --------------
 * nodes and edges are column stores (:mod:`.store`): numbers in numpy arrays so the dynamics are
-  vectorised over all edges at once, text and provenance in Python lists;
+  vectorised over all edges at once, text and provenance in Python lists. A row is internal; the
+  ids the world sees (``n12``, ``ep3``, edge ``57``) are the rows' ``uid`` column, stable for the
+  life of the graph: :meth:`LiquidGraph.compact` drops the rows pruning and merging left dead and
+  renumbers the rest, the ids stay (until a store's first compaction an id is its row number);
 * one contiguous float32 matrix holds every node embedding (row = node id) and a second one the
   relation-label embeddings; :class:`~.index.VectorIndex` objects search them (entities and
   episodes are separate blocks);
-* a ``networkx.MultiDiGraph`` (``g.G``: integer node ids, edge key = edge id) holds the structure
+* a ``networkx.MultiDiGraph`` (``g.G``: node rows, edge key = edge row) holds the structure
   of the live memory -- alive nodes and alive, *valid* edges -- and serves traversal and the
   graph algorithms. Invalidated (superseded) edges stay in the stores for inspection but leave the
   networkx structure, so traversal never follows them (a query about the past gets them back as
@@ -30,7 +33,8 @@ Reliability contract
 * **All or nothing**: :meth:`LiquidGraph.transaction` restores the whole state (stores, log,
   snapshots) if anything inside raises; ``MAGS.observe`` runs each turn inside one.
 * **Bounded**: snapshots (count and bytes), the operation log (folded into a checkpointed base
-  state, see :attr:`LiquidGraph.oplog_base`) and the co-activation list are bounded by
+  state, see :attr:`LiquidGraph.oplog_base`), the co-activation list and the dead rows of removed
+  nodes and edges (:meth:`LiquidGraph.compact`, run by ``maintain``) are bounded by
   :class:`~.config.LimitsConfig`. Snapshots share the embedding rows (written once, never
   modified) and the list cells of the stores (replaced, never mutated in place, once a row exists).
 """
@@ -149,7 +153,7 @@ class LiquidGraph:
         self._rel_emb = np.zeros((16, self.dim), dtype=np.float32)
         self._entity_key: dict[str, int] = {}
         self._coact: list[tuple[int, int]] = []  # anchor pairs co-activated since the last tick
-        self._cites: dict[int, list[int]] = {}  # episode row -> fact edges whose provenance named it
+        self._cites: dict[int, list[int]] = {}  # episode uid -> fact edge rows whose provenance named it
         # (derived, append-only: an entry may be stale, so every use checks the edge's provenance)
         self._rel_kind: dict[str, tuple[str, bool]] = {}  # relation -> (slot, single-valued): engram.relation_kind
         self.tick = 0
@@ -221,22 +225,41 @@ class LiquidGraph:
         self._ep_index.add(alive[kinds[alive] == KIND_EPISODE], self._emb)
 
     # ------------------------------------------------------------------------------------------
-    # ids
+    # ids (stable) and rows (internal: renumbered by compact())
     def node_id(self, idx: int) -> str:
-        """Public id of node row ``idx`` (``n<i>`` for entities, ``ep<i>`` for episodes)."""
-        return ("ep" if self.nodes._a["kind"][idx] == KIND_EPISODE else "n") + str(int(idx))
+        """Public id of node row ``idx`` (``n<uid>`` for entities, ``ep<uid>`` for episodes)."""
+        a = self.nodes._a
+        return ("ep" if a["kind"][idx] == KIND_EPISODE else "n") + str(int(a["uid"][idx]))
 
     def _idx(self, node_id: str | int) -> int:
+        """Row of a live node, from its id (``"n12"``, ``"ep3"``) or a row number (an int)."""
         if isinstance(node_id, (int, np.integer)):
             i = int(node_id)
         else:
             m = re.fullmatch(r"(ep|n)(\d+)", str(node_id))
             if not m:
                 raise KeyError(f"not a node id: {node_id!r} (ids look like 'n12' or 'ep3')")
-            i = int(m.group(2))
+            i = self.nodes.row(int(m.group(2)))
         if not (0 <= i < self.nodes.n) or not self.nodes.alive[i]:
             raise KeyError(f"no live node {node_id!r} in the graph")
         return i
+
+    def _ep_row(self, episode_id: str) -> int:
+        """Row of the episode named ``ep<uid>`` in a provenance list (-1: compacted away)."""
+        return self.nodes.row(int(episode_id[2:]))
+
+    def _erows(self, eids: Iterable[int], what: str = "edge") -> np.ndarray:
+        """Rows of edge ids ``eids`` (-1 for an id whose row was compacted away); ``KeyError`` for an id
+        this graph never gave out."""
+        e = np.asarray(list(eids) if not isinstance(eids, np.ndarray) else eids, dtype=np.int64)
+        bad = e[(e < 0) | (e >= self.edges.next_uid)]
+        if bad.size:
+            raise KeyError(f"{what}: no edges {bad.tolist()} (the graph has given out {self.edges.next_uid} edge ids)")
+        return self.edges.rows(e)
+
+    def _eids(self, rows) -> list[int]:
+        """Edge ids of edge rows ``rows``."""
+        return self.edges._a["uid"][np.asarray(rows, dtype=np.int64)].tolist()
 
     # ------------------------------------------------------------------------------------------
     # primitives
@@ -317,7 +340,7 @@ class LiquidGraph:
         ed.valid[e] = False
         ed.valid_to[e] = self.tick
         ed.valid_to_time[e] = time
-        ed.invalidated_by[e] = by
+        ed.invalidated_by[e] = ed.uid[by]
         ed.permanent[e] = False
         if ed.alive[e]:
             self.G.remove_edge(int(ed.src[e]), int(ed.dst[e]), key=int(e))
@@ -458,12 +481,15 @@ class LiquidGraph:
         cset = set(np.asarray(cand, dtype=np.int64).tolist())
         keep: set[int] = set()
         for i in sorted(cset):
-            name = "ep" + str(i)
-            for e in self._cites.get(i, ()):
+            name = self.node_id(i)
+            for e in self._cites.get(int(nd.uid[i]), ()):
+                if e >= ed.n:
+                    continue
                 prov = ed.episodes[e]
                 if not (ed.alive[e] and ed.valid[e] and name in prov):
                     continue  # a stale entry: the edge went, or its provenance no longer names i
-                if any(alive[j] and (j not in cset or j in keep) for j in (int(x[2:]) for x in prov if x != name)):
+                if any(j >= 0 and alive[j] and (j not in cset or j in keep)
+                       for j in (self._ep_row(x) for x in prov if x != name)):
                     continue  # another episode stays to tell it
                 keep.add(i)
                 break
@@ -668,7 +694,7 @@ class LiquidGraph:
             chosen = [result.items[i] for i in idx]
         eids = sorted({int(e) for it in chosen for e in it.edges}
                       | {int(it.edge_id) for it in chosen if it.edge_id is not None})
-        n = reinforce_edges(self, eids, reward)
+        n = reinforce_edges(self, eids, reward)  # ids; those compacted away since the recall are skipped
         self._log({"op": "reinforce", "edges": eids, "reward": reward})
         return n
 
@@ -684,8 +710,90 @@ class LiquidGraph:
             if bad:
                 raise ValueError(f"unknown maintain steps {bad}; known: {list(STEPS)}")
         rep = maintain(self, steps=steps)
+        rep.compacted = self._compact_if_worth_it()
         self._log({"op": "maintain", "steps": steps})
         return rep
+
+    # ------------------------------------------------------------------------------------------
+    # compaction
+    def compact(self) -> dict:
+        """Drop the rows that pruning and merging left dead and renumber the others (logged).
+
+        Nodes and edges removed from the memory stay as dead rows (``alive=False``) in the column
+        stores, the embedding matrix and every snapshot taken since; compaction frees them. Ids do
+        not change (they are the rows' ``uid``): recall, :meth:`facts`, provenance and the operation
+        log read the same before and after, and so does everything the graph does next (the derived
+        structures are rebuilt as on a load). What goes: dead edges (:meth:`edge` no longer knows
+        their ids) and dead nodes -- except dead episodes still named in a live edge's provenance,
+        whose time the conflict rules read (:func:`~mags_lib.graph.engram.fact_time`). Snapshots keep
+        their own rows. :meth:`maintain` runs it by itself when dead rows pass
+        ``LimitsConfig.compact_dead_share`` of the rows.
+
+        Returns
+        -------
+        dict
+            ``node_rows`` and ``edge_rows``: (before, after); ``kept_dead_episodes``: dead episode
+            rows kept for the provenance of live facts.
+        """
+        out = self._compact()
+        self._log({"op": "compact"})
+        return out
+
+    def _dead_rows(self) -> int:
+        """Rows of removed nodes and edges still held by the stores."""
+        nd, ed = self.nodes, self.edges
+        return int(nd.n - np.count_nonzero(nd.alive) + ed.n - np.count_nonzero(ed.alive))
+
+    def _node_rows_to_keep(self) -> np.ndarray:
+        """Node rows a compaction keeps: live nodes, the ends of live edges (always live ones: pruning
+        takes a node's edges with it) and dead episodes named in a live edge's provenance."""
+        nd, ed = self.nodes, self.edges
+        keep = nd.alive.copy()
+        live = np.flatnonzero(ed.alive)
+        keep[ed.src[live]] = True
+        keep[ed.dst[live]] = True
+        named = {x for e in live.tolist() for x in ed.episodes[e]}
+        if named:
+            rows = nd.rows(np.fromiter((int(x[2:]) for x in named), dtype=np.int64, count=len(named)))
+            keep[rows[rows >= 0]] = True
+        return np.flatnonzero(keep)
+
+    def _compact_if_worth_it(self) -> dict | None:
+        """Compact (unlogged: part of a maintain tick) when the removable dead rows pass
+        ``LimitsConfig.compact_dead_share`` of at least ``compact_min_rows`` rows."""
+        lim = self.config.limits
+        rows = self.nodes.n + self.edges.n
+        if lim.compact_dead_share is None or rows < lim.compact_min_rows \
+                or self._dead_rows() <= lim.compact_dead_share * rows:
+            return None
+        keep = self._node_rows_to_keep()  # dead episodes that must stay do not count
+        removable = self.nodes.n - keep.size + self.edges.n - np.count_nonzero(self.edges.alive)
+        if removable <= lim.compact_dead_share * rows:
+            return None
+        return self._compact(keep)
+
+    def _compact(self, node_keep: np.ndarray | None = None) -> dict:
+        """Compaction without the log entry (see :meth:`compact`)."""
+        nd, ed = self.nodes, self.edges
+        nkeep = self._node_rows_to_keep() if node_keep is None else node_keep
+        ekeep = np.flatnonzero(ed.alive)
+        before = (nd.n, ed.n)
+        nmap = np.full(nd.n, -1, dtype=np.int64)
+        nmap[nkeep] = np.arange(nkeep.size)
+        src, dst = nmap[ed.src[ekeep]], nmap[ed.dst[ekeep]]
+        if (src < 0).any() or (dst < 0).any():  # cannot happen: the ends of live edges are kept
+            raise RuntimeError("compaction would leave a live edge without its node")
+        emb = np.zeros((max(nkeep.size, 64), self.dim), dtype=np.float32)
+        emb[: nkeep.size] = self._emb[nkeep]  # a new matrix: snapshots keep sharing the old one
+        coact = [(int(nmap[a]), int(nmap[b])) for a, b in self._coact if nmap[a] >= 0 and nmap[b] >= 0]
+        nd.compact(nkeep)
+        ed.compact(ekeep)
+        ed.src[:] = src
+        ed.dst[:] = dst
+        self._emb, self._coact = emb, coact
+        self._rebuild_derived()
+        return {"node_rows": [before[0], nd.n], "edge_rows": [before[1], ed.n],
+                "kept_dead_episodes": int(nd.n - np.count_nonzero(nd.alive))}
 
     def demote(self, edges: Sequence[int], factor: float = 0.5) -> int:
         """Weaken live valid fact edges: ``strength *= factor`` and no longer permanent (logged).
@@ -699,7 +807,7 @@ class LiquidGraph:
         if isinstance(factor, (bool, np.bool_)) or not isinstance(factor, numbers.Real) or not 0 < float(factor) <= 1:
             raise ValueError(f"factor must be a number in (0, 1], got {factor!r}")
         ed = self.edges
-        e = np.asarray(eids, dtype=np.int64)
+        e = self._erows(eids)
         if e.size:
             ed.strength[e] = np.maximum(ed.strength[e] * float(factor), MIN_STRENGTH)
             ed.permanent[e] = False
@@ -714,7 +822,7 @@ class LiquidGraph:
         adapter records what it took over (with the sources).
         """
         eids = self._live_edge_ids(edges, "forget")
-        n = self._kill_edges(np.asarray(eids, dtype=np.int64))
+        n = self._kill_edges(self._erows(eids))
         self._log({"op": "forget", "edges": [int(x) for x in eids]})
         return n
 
@@ -723,10 +831,8 @@ class LiquidGraph:
             raise TypeError(f"{what} needs a list of edge ids, got {type(edges).__name__}")
         ids = sorted({clean_int(e, "edges[...]", minimum=0) for e in edges})
         ed = self.edges
-        bad = [e for e in ids if e >= ed.n]
-        if bad:
-            raise KeyError(f"{what}: no edges {bad} (the graph has {ed.n} edge ids)")
-        return [e for e in ids if ed.alive[e] and ed.valid[e]]
+        rows = self._erows(ids, what)  # KeyError for an id never given out
+        return [e for e, r in zip(ids, rows.tolist()) if r >= 0 and ed.alive[r] and ed.valid[r]]
 
     def set_permanent(self, node_id: str, permanent: bool = True) -> None:
         """Pin (or unpin) a node: permanent nodes are never pruned or evicted."""
@@ -755,7 +861,7 @@ class LiquidGraph:
         elif kind == "reinforce":
             from .dynamics import reinforce_edges
 
-            reinforce_edges(self, op["edges"], op["reward"])
+            reinforce_edges(self, op["edges"], op["reward"])  # edge ids
             self._log({"op": "reinforce", "edges": [int(e) for e in op["edges"]], "reward": float(op["reward"])})
         elif kind == "maintain":
             self.maintain(steps=op.get("steps"))
@@ -765,6 +871,8 @@ class LiquidGraph:
             self.demote(op["edges"], op["factor"])
         elif kind == "forget":
             self.forget(op["edges"])
+        elif kind == "compact":
+            self.compact()
 
     @classmethod
     def replay(cls, oplog: Sequence[dict], embedder, config: GraphConfig | None = None,
@@ -928,14 +1036,20 @@ class LiquidGraph:
         }
 
     def edge(self, eid: int) -> dict:
-        """All attributes of one edge (alive or not, valid or not)."""
+        """All attributes of one edge (alive or not, valid or not; a removed edge until a compaction)."""
+        e = clean_int(eid, "edge id") if not isinstance(eid, (int, np.integer)) else int(eid)
+        r = self.edges.row(e) if 0 <= e < self.edges.next_uid else -1
+        if r < 0:
+            gone = 0 <= e < self.edges.next_uid
+            raise KeyError(f"no edge {eid}" + (" (it was removed, and compacted away)" if gone else ""))
+        return self._edge_dict(r)
+
+    def _edge_dict(self, e: int) -> dict:
+        """:meth:`edge` of edge row ``e``."""
         ed, nd = self.edges, self.nodes
-        if not 0 <= int(eid) < ed.n:
-            raise KeyError(f"no edge {eid}")
-        e = int(eid)
         s, o = int(ed.src[e]), int(ed.dst[e])
         return {
-            "id": e, "subject": nd.text[s], "relation": self._rel_text[ed.rel[e]], "object": nd.text[o],
+            "id": int(ed.uid[e]), "subject": nd.text[s], "relation": self._rel_text[ed.rel[e]], "object": nd.text[o],
             "src": self.node_id(s), "dst": self.node_id(o), "kind": EDGE_KIND_NAMES[int(ed.kind[e])],
             "strength": float(ed.strength[e]), "confidence": float(ed.confidence[e]),
             "created": int(ed.created[e]), "last_used": int(ed.last_used[e]), "uses": int(ed.uses[e]),
@@ -955,7 +1069,7 @@ class LiquidGraph:
         mask = ed.alive & (ed.kind == EDGE_FACT)
         if not include_invalid:
             mask &= ed.valid
-        return [self.edge(e) for e in np.flatnonzero(mask).tolist()]
+        return [self._edge_dict(e) for e in np.flatnonzero(mask).tolist()]
 
     def history(self, subject: str, relation: str) -> list[dict]:
         """All facts ever stored for (subject, relation), valid and superseded, oldest first."""
@@ -965,7 +1079,7 @@ class LiquidGraph:
             return []
         ed = self.edges
         mask = ed.alive & (ed.kind == EDGE_FACT) & (ed.src == i) & (ed.rel == rid)
-        return [self.edge(e) for e in np.flatnonzero(mask).tolist()]
+        return [self._edge_dict(e) for e in np.flatnonzero(mask).tolist()]
 
     def find(self, text: str) -> str | None:
         """Id of the entity node whose normalised text (or an alias) equals ``text``, or None."""
@@ -981,8 +1095,8 @@ class LiquidGraph:
         ed = self.edges
         mask = ed.alive if include_invalid else (ed.alive & ed.valid)
         for e in np.flatnonzero(mask).tolist():
-            d = self.edge(e)
-            out.add_edge(d["src"], d["dst"], key=e, **d)
+            d = self._edge_dict(e)
+            out.add_edge(d["src"], d["dst"], key=d["id"], **d)
         return out
 
     def __repr__(self) -> str:
@@ -1096,6 +1210,7 @@ OPS: dict[str, dict[str, tuple]] = {
     "set_permanent": {"node": (str, int), "permanent": (bool,)},
     "demote": {"edges": (list,), "factor": (int, float)},
     "forget": {"edges": (list,)},
+    "compact": {},
 }
 """Operation-log entry kinds and the type of each required field."""
 
@@ -1147,6 +1262,8 @@ def _state_differences(a: dict, b: dict) -> list[str]:
         if a[part]["n"] != b[part]["n"]:
             out.append(f"{part}.n")
             continue
+        if a[part].get("next_uid", a[part]["n"]) != b[part].get("next_uid", b[part]["n"]):
+            out.append(f"{part}.next_uid")
         for k, v in a[part]["arrays"].items():
             if not np.array_equal(v, b[part]["arrays"][k]):
                 out.append(f"{part}.{k}")
@@ -1162,38 +1279,50 @@ def _state_differences(a: dict, b: dict) -> list[str]:
     return out
 
 
+def _aligned(a: dict, b: dict, part: str) -> tuple:
+    """The ids of ``part`` in either state (sorted), and per id: its row in ``a`` and in ``b`` and
+    whether it is alive there (rows of absent ids are clipped: read them only where alive)."""
+    A, B = a[part]["arrays"], b[part]["arrays"]
+    ids = np.union1d(A["uid"], B["uid"])
+    out = [ids]
+    for arr in (A, B):
+        u = arr["uid"]
+        r = np.minimum(np.searchsorted(u, ids), max(u.size - 1, 0))
+        alive = (u[r] == ids) & arr["alive"][r] if u.size else np.zeros(ids.size, dtype=bool)
+        out += [r, alive]
+    return tuple(out)
+
+
 def _diff_states(a: dict, b: dict, atol: float) -> GraphDiff:
+    """What changed from state ``a`` to state ``b``, matched by id (rows may differ: compaction)."""
     d = GraphDiff()
-    na, nb = a["nodes"], b["nodes"]
-    ka = np.flatnonzero(na["arrays"]["alive"])
-    kb = np.flatnonzero(nb["arrays"]["alive"])
+    na, nb = a["nodes"]["arrays"], b["nodes"]["arrays"]
 
-    def nid(st, i):
-        return ("ep" if st["arrays"]["kind"][i] == KIND_EPISODE else "n") + str(int(i))
+    def nid(arr, r, i):
+        return ("ep" if arr["kind"][r] == KIND_EPISODE else "n") + str(int(i))
 
-    sa, sb = set(ka.tolist()), set(kb.tolist())
-    d.nodes_added = [nid(nb, i) for i in sorted(sb - sa)]
-    d.nodes_removed = [nid(na, i) for i in sorted(sa - sb)]
-    for i in sorted(sa & sb):
+    ids, ra, la, rb, lb = _aligned(a, b, "nodes")
+    d.nodes_added = [nid(nb, r, i) for i, r in zip(ids[lb & ~la].tolist(), rb[lb & ~la].tolist())]
+    d.nodes_removed = [nid(na, r, i) for i, r in zip(ids[la & ~lb].tolist(), ra[la & ~lb].tolist())]
+    both = la & lb
+    for i, r1, r2 in zip(ids[both].tolist(), ra[both].tolist(), rb[both].tolist()):
         changed = [k for k in ("stage", "importance", "surprise", "access", "last_access", "permanent", "cluster")
-                   if na["arrays"][k][i] != nb["arrays"][k][i]]
+                   if na[k][r1] != nb[k][r2]]
         if changed:
-            d.node_changed[nid(nb, i)] = changed
+            d.node_changed[nid(nb, r2, i)] = changed
     ea, eb = a["edges"]["arrays"], b["edges"]["arrays"]
-    n_common = min(len(ea["alive"]), len(eb["alive"]))
-    alive_a = np.zeros(len(eb["alive"]), dtype=bool)
-    alive_a[:n_common] = ea["alive"][:n_common]
-    valid_a = np.zeros(len(eb["alive"]), dtype=bool)
-    valid_a[:n_common] = ea["valid"][:n_common]
-    d.edges_added = np.flatnonzero(eb["alive"] & ~alive_a).tolist()
-    d.edges_removed = np.flatnonzero(ea["alive"][:n_common] & ~eb["alive"][:n_common]).tolist() + \
-        np.flatnonzero(ea["alive"][n_common:]).__add__(n_common).tolist()
-    both = alive_a[:n_common] & eb["alive"][:n_common]
-    d.edges_invalidated = np.flatnonzero(both & valid_a[:n_common] & ~eb["valid"][:n_common]).tolist()
-    d.edges_revalidated = np.flatnonzero(both & ~valid_a[:n_common] & eb["valid"][:n_common]).tolist()
-    diff = both & (np.abs(ea["strength"][:n_common] - eb["strength"][:n_common]) > atol)
-    for e in np.flatnonzero(diff).tolist():
-        d.strength_changed[e] = (float(ea["strength"][e]), float(eb["strength"][e]))
+    ids, ra, la, rb, lb = _aligned(a, b, "edges")
+    d.edges_added = ids[lb & ~la].tolist()
+    d.edges_removed = ids[la & ~lb].tolist()
+    both = la & lb
+    va, vb = ea["valid"][ra] if ea["valid"].size else la, eb["valid"][rb] if eb["valid"].size else lb
+    d.edges_invalidated = ids[both & va & ~vb].tolist()
+    d.edges_revalidated = ids[both & ~va & vb].tolist()
+    if both.any():
+        sa, sb = ea["strength"][ra], eb["strength"][rb]
+        ch = both & (np.abs(sa - sb) > atol)
+        for i, x, y in zip(ids[ch].tolist(), sa[ch].tolist(), sb[ch].tolist()):
+            d.strength_changed[i] = (float(x), float(y))
     return d
 
 

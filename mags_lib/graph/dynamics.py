@@ -30,7 +30,7 @@ Rules (``s`` = edge strength, every rate from :class:`~mags_lib.graph.config.Dyn
   kcore_importance * (1 - importance)`` and long-term stage;
 * **scc** -- strongly connected components (fact and association edges) of at least
   ``scc_min_size`` nodes: internal edges ``s += scc_rate * (1 - s)``, members get a cluster id
-  (smallest member id); in components of at most 256 entities (the pairwise comparison is
+  (smallest member's uid); in components of at most 256 entities (the pairwise comparison is
   quadratic), members with cosine ``>= scc_merge_similarity`` are merged (into the smallest id, or
   into the permanent one; two permanent nodes are never merged), then the merged node's facts are
   reconciled with the engram conflict policy (:func:`~mags_lib.graph.engram.reconcile_subject`), so
@@ -91,6 +91,7 @@ def _live(g) -> np.ndarray:
 def reinforce_edges(g, eids: Sequence[int], reward: float, cfg=None) -> int:
     """Reward-path strengthening of edges ``eids`` (unlogged; see :meth:`LiquidGraph.reinforce`).
 
+    ``eids`` are edge ids (as recall reports them); removed or superseded edges are skipped.
     ``reward > 0``: ``s += reward_rate * reward * (1 - s)``; ``reward < 0``:
     ``s *= 1 + reward_rate * reward`` (floored at :data:`MIN_STRENGTH`).
     """
@@ -99,8 +100,8 @@ def reinforce_edges(g, eids: Sequence[int], reward: float, cfg=None) -> int:
     e = np.asarray(list(eids), dtype=np.int64)
     if e.size == 0:
         return 0
-    if (e < 0).any() or (e >= ed.n).any():
-        raise KeyError(f"edge ids out of range: {e[(e < 0) | (e >= ed.n)].tolist()}")
+    e = g._erows(e, "reinforce")  # KeyError for an id never given out
+    e = e[e >= 0]  # compacted away since
     e = np.unique(e[ed.alive[e] & ed.valid[e]])
     if e.size == 0:
         return 0
@@ -411,7 +412,7 @@ def scc(g, cfg=None) -> dict:
         labs = labels[midx]
         minid = np.full(int(labels.max()) + 1, n, dtype=np.int64)
         np.minimum.at(minid, labs, midx)
-        nd.cluster[midx] = minid[labs]
+        nd.cluster[midx] = nd.uid[minid[labs]]  # an id: stable through compaction
         n_comps = int(np.unique(labs).size)
         # merge near-duplicate entities inside small components (pairwise cosine)
         ent = midx[nd.kind[midx] == KIND_ENTITY]

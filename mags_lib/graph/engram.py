@@ -199,7 +199,7 @@ def engram(g, triplets, *, episode: str | None = None, source: str | None = None
                             index=False)
             created.append(i)
             created_j.append(j)
-            rep.new_nodes.append("n" + str(i))
+            rep.new_nodes.append(g.node_id(i))
             if cfg.gat and sims.size and sims[0] >= gat_min_sim:
                 keep = sims >= gat_min_sim
                 att = gat_attention(sims[keep], temperature=cfg.gat_temperature)
@@ -261,7 +261,7 @@ def engram(g, triplets, *, episode: str | None = None, source: str | None = None
                 if later:  # said before what memory holds: stored as history, superseded by the newer fact
                     e = g._add_edge(si, oi, rid, EDGE_FACT, cfg.init_strength, cfg.init_confidence, episodes,
                                     sources, valid=False, time=said)
-                    ed.invalidated_by[e] = max(later, key=lambda x: (fact_time(g, x), x))
+                    ed.invalidated_by[e] = ed.uid[max(later, key=lambda x: (fact_time(g, x), x))]
                     ed.valid_to_time[e] = _first_said_after(g, later, when)  # true until the next statement
                     rep.rejected_edges.append(e)
                     call_edges.add(e)
@@ -271,7 +271,7 @@ def engram(g, triplets, *, episode: str | None = None, source: str | None = None
                 if ed.strength[old_best] * ed.confidence[old_best] > cfg.init_strength * cfg.init_confidence:
                     e = g._add_edge(si, oi, rid, EDGE_FACT, cfg.init_strength, cfg.init_confidence, episodes,
                                     sources, valid=False, time=said)
-                    ed.invalidated_by[e] = old_best
+                    ed.invalidated_by[e] = ed.uid[old_best]
                     rep.rejected_edges.append(e)
                     continue
             e = g._add_edge(si, oi, rid, EDGE_FACT, cfg.init_strength, cfg.init_confidence, episodes, sources,
@@ -291,6 +291,9 @@ def engram(g, triplets, *, episode: str | None = None, source: str | None = None
                 g._add_edge(ep_idx, i, mention_rel, EDGE_MENTION, cfg.episode_link_strength, 1.0, episodes, sources,
                             time=said)
         nd.last_access[ep_idx] = tick
+    uid = ed.uid  # the report names edges by id, not by row
+    for name in ("new_edges", "reinforced_edges", "invalidated_edges", "rejected_edges", "association_edges"):
+        setattr(rep, name, [int(uid[e]) for e in getattr(rep, name)])
     return rep
 
 
@@ -381,7 +384,8 @@ def _iso_day(time: str | None) -> str | None:
 def fact_time(g, e: int) -> str | None:
     """When fact edge ``e`` was last said: the latest ISO time of the episodes in its provenance."""
     nd = g.nodes
-    times = [_iso_day(nd.meta[int(x[2:])].get("time")) for x in g.edges.episodes[e] if x.startswith("ep")]
+    # an episode pruned since still tells when it was said (compaction keeps such rows)
+    times = [_iso_day(nd.meta[r].get("time")) for r in map(g._ep_row, g.edges.episodes[e]) if r >= 0]
     times = [t for t in times if t]
     return max(times) if times else None
 
@@ -439,8 +443,8 @@ def relation_kind(g, key: str) -> tuple[str, bool]:
 def _first_said_after(g, edges, when: str) -> str | None:
     """The earliest ISO time after ``when`` at which one of ``edges`` was said (their episodes' times)."""
     nd = g.nodes
-    times = [t for e in edges for x in g.edges.episodes[e] if x.startswith("ep")
-             for t in (_iso_day(nd.meta[int(x[2:])].get("time")),) if t and t > when]
+    times = [t for e in edges for r in map(g._ep_row, g.edges.episodes[e]) if r >= 0
+             for t in (_iso_day(nd.meta[r].get("time")),) if t and t > when]
     return min(times) if times else None
 
 
@@ -459,8 +463,8 @@ def supersede(g, loser: int, winner: int, *, keep_episodes=(), time: str | None 
     nd, ed = g.nodes, g.edges
     g._invalidate_edge(loser, by=winner, time=time if time is not None else ed.valid_from_time[winner])
     for ep_id in ed.episodes[loser]:  # the inputs that said the old fact now count less
-        j = int(ep_id[2:])
-        if nd.alive[j] and ep_id not in keep_episodes:
+        j = g._ep_row(ep_id)
+        if j >= 0 and nd.alive[j] and ep_id not in keep_episodes:
             nd.confidence[j] *= g.config.engram.superseded_episode_confidence
 
 

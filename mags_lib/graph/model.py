@@ -161,6 +161,7 @@ class MaintainReport:
     seconds: dict[str, float] = field(default_factory=dict)
     n_nodes: int = 0
     n_edges: int = 0
+    compacted: dict | None = None  # what LiquidGraph.compact() did after the steps (None: not run)
 
     @property
     def total_seconds(self) -> float:

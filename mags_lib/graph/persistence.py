@@ -22,7 +22,8 @@ the file and the field: the manifest's format, version and checksum (a hand edit
 manifest's fields, every file's size and sha256, the structure of ``graph.json`` and of every log
 entry, the arrays' dtypes, shapes and id ranges. Nothing on disk is modified by a load except to
 complete an interrupted save. Version 1 saves (no manifest checksum, no base) still load, and so do
-saves made before a column of :data:`~.store.ADDED_COLUMNS` existed (it takes its default), and
+saves made before a column of :data:`~.store.ADDED_COLUMNS` existed (it takes its default; a missing
+``uid`` column and ``next_uid`` count mean a graph never compacted: ids are row numbers), and
 saves without the edges' validity times (``valid_from_time`` / ``valid_to_time``, added within version 2
 and ignored by older readers): their intervals are in ticks only.
 
@@ -84,8 +85,8 @@ def _state_files(st: dict, prefix: str) -> dict[str, bytes]:
     out[f"{prefix}arrays/emb.npy"] = _npy_bytes(np.asarray(st["emb"], dtype=np.float32))
     out[f"{prefix}arrays/rel_emb.npy"] = _npy_bytes(np.asarray(st["rel_emb"], dtype=np.float32))
     body = {
-        "nodes": {"n": st["nodes"]["n"], **st["nodes"]["lists"]},
-        "edges": {"n": st["edges"]["n"], **st["edges"]["lists"]},
+        "nodes": {"n": st["nodes"]["n"], "next_uid": st["nodes"]["next_uid"], **st["nodes"]["lists"]},
+        "edges": {"n": st["edges"]["n"], "next_uid": st["edges"]["next_uid"], **st["edges"]["lists"]},
         "rel_text": st["rel_text"],
         "coact": st["coact"],
         "tick": st["tick"],
@@ -277,6 +278,9 @@ def _check_body(body, fname: str, dim: int) -> None:
         n = d.get("n")
         if isinstance(n, bool) or not isinstance(n, int) or n < 0:
             raise bad(f"{part}.n", f"must be a non-negative integer, got {n!r}")
+        nu = d.setdefault("next_uid", n)  # saved before compaction existed: ids are rows
+        if isinstance(nu, bool) or not isinstance(nu, int) or nu < n:
+            raise bad(f"{part}.next_uid", f"must be an integer >= {part}.n, got {nu!r}")
         for col in lists:
             v = d.get(col)
             if col not in d and part == "edges" and col in EDGE_TIME_LISTS:
@@ -292,7 +296,7 @@ def _check_body(body, fname: str, dim: int) -> None:
                 and _is_str_list(m.get("merged", []))):
             raise bad(f"nodes.meta[{i}]", "must be an object with 'keys' and 'aliases' (lists of strings), "
                       "'source' and 'time' (strings or null)")
-    n_nodes = nodes["n"]
+    n_nodes, node_ids = nodes["n"], nodes["next_uid"]
     for col in EDGE_LISTS:
         if col in EDGE_TIME_LISTS:
             for e, v in enumerate(body["edges"].get(col, ())):
@@ -305,7 +309,7 @@ def _check_body(body, fname: str, dim: int) -> None:
     for e, eps in enumerate(body["edges"]["episodes"]):
         for x in eps:
             m = _EP_ID.fullmatch(x)
-            if m is None or int(m.group(1)) >= n_nodes:
+            if m is None or int(m.group(1)) >= node_ids:
                 raise bad(f"edges.episodes[{e}]", f"holds {x!r}, not an episode id of this graph")
     if not _is_str_list(body.get("rel_text")):
         raise bad("rel_text", "must be a list of strings")
@@ -326,14 +330,15 @@ def _state_from_files(files: Mapping, manifest: dict, prefix: str, where: str, d
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise _fail(where, f"{gname} is not valid JSON ({exc})") from exc
     _check_body(body, f"{where}/{gname}", dim)
-    st = {"nodes": {"n": body["nodes"]["n"], "arrays": {}, "lists": {}},
-          "edges": {"n": body["edges"]["n"], "arrays": {}, "lists": {}}}
+    st = {"nodes": {"n": body["nodes"]["n"], "next_uid": body["nodes"]["next_uid"], "arrays": {}, "lists": {}},
+          "edges": {"n": body["edges"]["n"], "next_uid": body["edges"]["next_uid"], "arrays": {}, "lists": {}}}
     for part, spec, lists in (("nodes", NODE_ARRAYS, NODE_LISTS), ("edges", EDGE_ARRAYS, EDGE_LISTS)):
         n = st[part]["n"]
         for col, (dtype, default) in spec.items():
             fname = f"{prefix}arrays/{part}_{col}.npy"
             if fname not in manifest["files"] and col in ADDED_COLUMNS.get(part, ()):
-                st[part]["arrays"][col] = np.full(n, default, dtype=dtype)  # saved before the column existed
+                # saved before the column existed (ids then were the row numbers)
+                st[part]["arrays"][col] = np.arange(n, dtype=dtype) if col == "uid" else np.full(n, default, dtype=dtype)
                 continue
             arr = _npy(_read_checked(files, fname, manifest, where), fname, where)
             if arr.dtype != np.dtype(dtype) or arr.shape != (n,):
@@ -351,6 +356,10 @@ def _state_from_files(files: Mapping, manifest: dict, prefix: str, where: str, d
     for part, a, hi in (("nodes", na["kind"], 1), ("edges", ea["kind"], 2)):
         if a.size and (a.min() < 0 or a.max() > hi):
             raise _fail(where, f"{prefix}arrays/{part}_kind.npy holds unknown {part[:-1]} kinds")
+    for part in ("nodes", "edges"):
+        u, nu = st[part]["arrays"]["uid"], st[part]["next_uid"]
+        if u.size and (u[0] < 0 or u[-1] >= nu or (np.diff(u) <= 0).any()):
+            raise _fail(where, f"{prefix}arrays/{part}_uid.npy must hold increasing ids from 0 to {part}.next_uid - 1")
     for name, rows in (("emb", n_nodes), ("rel_emb", n_rel)):
         fname = f"{prefix}arrays/{name}.npy"
         arr = _npy(_read_checked(files, fname, manifest, where), fname, where)

@@ -306,7 +306,8 @@ def recall(g, query: str | Sequence[str], k: int = 10, query_embeddings: np.ndar
             if dfs:
                 nexts.reverse()  # best explored first
             frontier.extend(nexts)
-    trace.edge_weights = {int(e): float(w) for e, w in edge_w.items()}
+    euid = ed.uid  # the trace and the items name edges by id, not by row
+    trace.edge_weights = {int(euid[e]): float(w) for e, w in edge_w.items()}
     trace.node_weights = {g.node_id(n): float(w) for n, w in node_w.items()}
 
     # -- history: superseded facts at the nodes reached -------------------------------------------
@@ -370,26 +371,29 @@ def recall(g, query: str | Sequence[str], k: int = 10, query_embeddings: np.ndar
         key = keys[j]
         w, asim, qi, pn, pe = reached[key]
         path = tuple(g.node_id(x) for x in pn)
-        trace.paths.append(TracePath(path, tuple(pe), float(w)))
+        pe_ids = tuple(int(euid[e]) for e in pe)
+        trace.paths.append(TracePath(path, pe_ids, float(w)))
         if key >= 0:
             s_, o_ = int(src_a[key]), int(dst_a[key])
             trip = (nd.text[s_], g._rel_text[rel_a[key]], nd.text[o_])
             start, end = _interval(g, key)
             items.append(RecallItem(text=" ".join(trip), triplet=trip, score=float(scores[j]),
-                                    sources=tuple(ed.sources[key]), path=path, kind="fact", edges=tuple(pe),
-                                    edge_id=int(key), current=bool(ed.valid[key]), valid_from=start, valid_to=end))
+                                    sources=tuple(ed.sources[key]), path=path, kind="fact", edges=pe_ids,
+                                    edge_id=int(euid[key]), current=bool(ed.valid[key]), valid_from=start,
+                                    valid_to=end))
         else:
             n = -1 - key
             src = nd.meta[n].get("source")
             items.append(RecallItem(text=nd.text[n], triplet=None, score=float(scores[j]),
                                     sources=() if src is None else (src,), path=path, kind="episode",
-                                    edges=tuple(pe), node_id=g.node_id(n), valid_from=nd.meta[n].get("time")))
+                                    edges=pe_ids, node_id=g.node_id(n), valid_from=nd.meta[n].get("time")))
 
     # -- side effects --------------------------------------------------------------------------
     if items and (cfg.touch or cfg.coactivation):
-        used_edges = sorted(e for e in {e for it in items for e in it.edges}
-                            | {it.edge_id for it in items if it.edge_id is not None} if ed.valid[e])
-        used_nodes = sorted({g._idx(x) for it in items for x in it.path})
+        rows = [reached[keys[j]] for j in picked]  # (weight, sim, query, path rows, path edge rows)
+        used_edges = sorted(e for e in {e for r in rows for e in r[4]} | {keys[j] for j in picked if keys[j] >= 0}
+                            if ed.valid[e])
+        used_nodes = sorted({x for r in rows for x in r[3]})
         if cfg.touch:
             ue = np.asarray(used_edges, dtype=np.int64)
             un = np.asarray(used_nodes, dtype=np.int64)
@@ -401,7 +405,7 @@ def recall(g, query: str | Sequence[str], k: int = 10, query_embeddings: np.ndar
             ed.activation[np.asarray(used_edges, dtype=np.int64)] += 1.0
             # entity anchors that produced results: episodes belong to the episodic block and are
             # never wired to each other or to entities by association
-            anc = sorted({a for a in (g._idx(it.path[0]) for it in items) if nd.kind[a] != KIND_EPISODE})
+            anc = sorted({a for a in (r[3][0] for r in rows) if nd.kind[a] != KIND_EPISODE})
             cap = g.config.limits.max_coactivation
             for i in range(len(anc)):
                 for j in range(i + 1, len(anc)):

@@ -219,6 +219,7 @@ def to_pyvis(g, trace=None, *, max_nodes: int = 150, include_invalid: bool = Fal
                          count=cand.size)
     for e in cand[inside].tolist():
         s, o = int(ed.src[e]), int(ed.dst[e])
+        eid = int(ed.uid[e])  # traces name edges by id
         rel = g._rel_text[ed.rel[e]]
         st = float(ed.strength[e])
         color = COLORS["edge"]
@@ -226,14 +227,14 @@ def to_pyvis(g, trace=None, *, max_nodes: int = 150, include_invalid: bool = Fal
         dashes = False
         if not ed.valid[e]:
             color, dashes, width = COLORS["invalid"], True, 1
-        elif e in on_path:
-            color, width = COLORS["trace_edge"], 2 + 8 * tw.get(e, 0.5)
-        elif e in tw:
-            color, width = COLORS["explored_edge"], 1 + 2 * tw[e]
+        elif eid in on_path:
+            color, width = COLORS["trace_edge"], 2 + 8 * tw.get(eid, 0.5)
+        elif eid in tw:
+            color, width = COLORS["explored_edge"], 1 + 2 * tw[eid]
         elif tr is not None:
             color = COLORS["faded"]
         label = rel if ed.kind[e] == EDGE_FACT else ""
-        title = (f"edge {e}: {nd.text[s]} —{rel}→ {nd.text[o]}\nstrength {st:.3f}, confidence "
+        title = (f"edge {eid}: {nd.text[s]} —{rel}→ {nd.text[o]}\nstrength {st:.3f}, confidence "
                  f"{ed.confidence[e]:.2f}{', permanent' if ed.permanent[e] else ''}"
                  f"{'' if ed.valid[e] else ', SUPERSEDED'}\nsources {', '.join(ed.sources[e]) or '-'}")
         net.add_edge(g.node_id(s), g.node_id(o), label=label, title=title, width=width,
@@ -308,12 +309,13 @@ def draw(g, trace=None, *, ax=None, max_nodes: int = 80, seed: int | None = None
     reached = {g._idx(n) for n in tr.node_weights} if tr else set()
     for e in elist:
         s, o = int(ed.src[e]), int(ed.dst[e])
+        eid = int(ed.uid[e])  # traces name edges by id
         if not ed.valid[e]:
             color, width, style = COLORS["invalid"], 0.8, "dashed"
-        elif e in on_path:
-            color, width, style = COLORS["trace_edge"], 1.5 + 5 * tw.get(e, 0.5), "solid"
-        elif e in tw:
-            color, width, style = COLORS["explored_edge"], 0.8 + 1.5 * tw[e], "solid"
+        elif eid in on_path:
+            color, width, style = COLORS["trace_edge"], 1.5 + 5 * tw.get(eid, 0.5), "solid"
+        elif eid in tw:
+            color, width, style = COLORS["explored_edge"], 0.8 + 1.5 * tw[eid], "solid"
         else:
             color = COLORS["faded"] if tr is not None else COLORS["edge"]
             width, style = 0.5 + 4 * float(ed.strength[e]), "dotted" if ed.kind[e] == EDGE_ASSOC else "solid"
@@ -560,8 +562,10 @@ def draw_recall_subgraph(g, trace, *, title: str | None = None, ax=None, wrap: i
         for k, nid in enumerate(p.nodes):
             i = g._idx(nid)
             depth[i] = min(depth.get(i, k), k)
-        for e in p.edges:
-            edges[int(e)] = max(edges.get(int(e), 0.0), tr.edge_weights.get(int(e), p.weight))
+        for e in p.edges:  # edge ids -> rows (an edge compacted away since the recall is not drawn)
+            r = g.edges.row(int(e))
+            if r >= 0:
+                edges[r] = max(edges.get(r, 0.0), tr.edge_weights.get(int(e), p.weight))
     if not depth:
         raise ValueError("the recall returned nothing: there is no subgraph to draw")
     nd, ed = g.nodes, g.edges
