@@ -252,3 +252,17 @@ def test_saves_from_before_ids_were_stored_load_with_ids_equal_to_rows():
     with pytest.raises(persistence.GraphFormatError, match="nodes_uid.npy"):
         persistence.graph_from_files(files, EMB)
 
+
+def test_compaction_bench_writes_what_compaction_saves(tmp_path):
+    from mags_lib.bench.compaction import run
+
+    res = run(horizons=(300,), out_dir=tmp_path, dim=32, progress=False)
+    assert json.loads((tmp_path / "compaction.json").read_text()) == res
+    legacy = res["cases"]["legacy dynamics (forgets the older half)"]["300 turns"]
+    before, after, auto = legacy["never compacted"], legacy["compacted at the end"], legacy["auto"]
+    assert before["dead_rows"] > 0 and after["dead_rows"] < before["dead_rows"] / 10
+    assert after["node_rows"] + after["edge_rows"] == before["node_rows"] + before["edge_rows"] - \
+        (before["dead_rows"] - after["dead_rows"])
+    assert after["save_bytes_without_log"] < before["save_bytes_without_log"]
+    assert after["embedding_bytes"] < before["embedding_bytes"]
+    assert auto["same_facts"] and auto["compactions"] == 0  # 300 turns stay under compact_min_rows
