@@ -219,7 +219,7 @@ def test_token_lengths_and_hard_prompt_selection_read_real_token_ids(tiny_base, 
 @pytest.mark.slow
 def test_a_warm_start_raises_adherence_of_the_real_model(rows, tmp_path):
     """SmolLM2-135M, write role, trained prompt (no few-shot): strict adherence on 12 held-out inputs
-    before and after 16 steps of 4 examples. About 2-3 minutes on 2 quiet cores."""
+    before and after 24 steps of 4 examples. About 3-4 minutes on 2 quiet cores."""
     from mags_lib.backends.transformers_backend import TransformersBackend
     from mags_lib.metrics import adherence
     from mags_lib.models import base_model_dir
@@ -233,7 +233,9 @@ def test_a_warm_start_raises_adherence_of_the_real_model(rows, tmp_path):
         return adherence([g.text for g in gens], "write")
 
     before = measure(None)
-    cfg = _tiny_cfg(max_steps=16, batch_size=4, save_steps=16, learning_rate=1e-3)
+    # 24 steps: 16 passed the floor below on earlier machines but reached 0.67 (8 of 12) on a CPU with AMX
+    # (2026-11-24: other bf16 kernels, another trajectory); the floor is what the test is for and stays
+    cfg = _tiny_cfg(max_steps=24, batch_size=4, save_steps=24, learning_rate=1e-3)
     cfg = dataclasses.replace(cfg, lora=LoraSpec(), threads=1)
     res = train_stage("sft", cfg, rows["write"]["train"], tmp_path / "sft", base_dir=base_model_dir(),
                       prompt=prompt, data_hashes={"t": "1"}, progress=False)
