@@ -20,11 +20,11 @@ import dataclasses
 import json
 
 import pytest
+from fakes import TableBackend
 
 from mags_lib import MAGS
 from mags_lib import protocol as P
 from mags_lib.agent import ROUTER_GRAMMAR, Answer, MAGSConfig, Observation, find_trained_model, rule_route
-from mags_lib.backends import Backend, Generation
 from mags_lib.models import ModelNotFoundError
 
 STORY = [
@@ -56,45 +56,13 @@ GOLD_TRIPLETS = {
 JUNK_TRIPLETS = {sid: [("Odels nest inside", "tarnished owls.O", "is a bird of prey.O")] for sid in GOLD_TRIPLETS}
 
 
-class ScriptedBackend(Backend):
-    """A language model that replies from a table: the longest key found in the last user message
-    selects the reply (``default`` otherwise). Records every call (prompt, grammar, stop)."""
-
-    name = "scripted"
-    supports_grammar = True
-
-    def __init__(self, table: dict[str, str], default: str = ""):
-        super().__init__()
-        self.model_path = "scripted"
-        self.table, self.default, self.calls = dict(table), default, []
-
-    def _generate(self, prompts, *, max_new_tokens, temperature, grammar, stop, seed):
-        out = []
-        for prompt in prompts:
-            content = prompt if isinstance(prompt, str) else prompt[-1]["content"]
-            keys = [k for k in self.table if k in content]
-            reply = self.table[max(keys, key=len)] if keys else self.default
-            self.calls.append({"prompt": prompt, "content": content, "grammar": grammar, "stop": stop})
-            out.append(Generation(reply, len(content.split()), len(reply.split()), 0.0))
-        return out
-
-    def count_tokens(self, text: str) -> int:
-        return len(text.split())
-
-    def render(self, messages) -> str:
-        return "\n".join(m["content"] for m in messages)
-
-    def _release(self) -> None:
-        pass
-
-
-def scripted_agent(triplets: dict[str, list], **config) -> tuple[MAGS, dict[str, ScriptedBackend]]:
+def scripted_agent(triplets: dict[str, list], **config) -> tuple[MAGS, dict[str, TableBackend]]:
     """An agent whose write model stores ``triplets[source]`` for each story sentence (hash embedder:
     what is under test is the loop, not the embedding; the real MiniLM runs in the story tests)."""
     writes = {text: P.writes_to_text(triplets[sid]) for sid, text in STORY}
-    backends = {"write": ScriptedBackend(writes), "ask": ScriptedBackend({"blorps eat": A_QUERY}),
-                "answer": ScriptedBackend({"What do blorps eat?": "Frozen lemons."}, default="I don't know."),
-                "router": ScriptedBackend({})}
+    backends = {"write": TableBackend(writes), "ask": TableBackend({"blorps eat": A_QUERY}),
+                "answer": TableBackend({"What do blorps eat?": "Frozen lemons."}, default="I don't know."),
+                "router": TableBackend({})}
     m = MAGS(MAGSConfig(maintain_every=0, embedder="hash", **config), backends=backends)
     for sid, text in STORY:
         m.observe(text, source=sid, time="2023-05-08")
@@ -154,7 +122,7 @@ def test_ask_gives_the_answer_model_the_recalled_facts(scripted):
 
 def test_adherence_is_the_strict_parse_of_the_raw_output():
     text = "Glimmets sing at noon."
-    write = ScriptedBackend({text: "Sure! <memory_write>Glimmets,sing at,noon</memory_write>"})
+    write = TableBackend({text: "Sure! <memory_write>Glimmets,sing at,noon</memory_write>"})
     m = MAGS(MAGSConfig(maintain_every=0, embedder="hash"), backends={"write": write})
     o = m.observe(text, source="S7")
     assert not o.extraction.adherent and o.extraction.text.startswith("Sure!")  # chatter: not adherent

@@ -10,50 +10,15 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
+from fakes import TableBackend
 
 from mags_lib import protocol as P
 from mags_lib.agent import MAGS, MAGSConfig
-from mags_lib.backends import Backend, Generation
 from mags_lib.embed import HashEmbedder
 from mags_lib.graph import persistence
 from mags_lib.graph.core import _state_differences
 
 EMB = HashEmbedder(dim=32)
-
-
-class TableBackend(Backend):
-    """Replies with ``table[key]`` for the longest key found in the prompt's last message ("" if none);
-    raises ``fail`` on a prompt holding ``fail_on``."""
-
-    name = "table"
-    supports_grammar = True
-
-    def __init__(self, table: dict[str, str], fail_on: str | None = None, fail: Exception | None = None):
-        super().__init__()
-        self.model_path = "table"
-        self.table, self.fail_on, self.fail = table, fail_on, fail
-        self.batches: list[int] = []
-
-    def _generate(self, prompts, *, max_new_tokens, temperature, grammar, stop, seed):
-        self.batches.append(len(prompts))
-        out = []
-        for prompt in prompts:
-            content = prompt if isinstance(prompt, str) else prompt[-1]["content"]
-            if self.fail_on is not None and self.fail_on in content:
-                raise self.fail or RuntimeError("the write model crashed")
-            keys = [k for k in self.table if k in content]
-            reply = self.table[max(keys, key=len)] if keys else ""
-            out.append(Generation(reply, 1, len(reply.split()), 0.0))
-        return out
-
-    def count_tokens(self, text: str) -> int:
-        return len(text.split())
-
-    def render(self, messages) -> str:
-        return "\n".join(m["content"] for m in messages)
-
-    def _release(self) -> None:
-        pass
 
 
 def W(*triplets) -> str:
