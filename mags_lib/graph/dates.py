@@ -81,8 +81,8 @@ _WEEKDAYS = ("monday", "tuesday", "wednesday", "thursday", "friday", "saturday",
 _WEEKDAY_ABBR = {"Mon": 0, "Tue": 1, "Tues": 1, "Wed": 2, "Thu": 3, "Thur": 3, "Thurs": 3, "Fri": 4, "Sat": 5,
                  "Sun": 6}
 _NUMBER_WORDS = {w: i for i, w in enumerate(
-    ("zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen sixteen "
-     "seventeen eighteen nineteen twenty").split())}
+    ["zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten", "eleven", "twelve",
+     "thirteen", "fourteen", "fifteen", "sixteen", "seventeen", "eighteen", "nineteen", "twenty"])}
 _NUMBER = (r"\d{1,3}|" + "|".join(sorted(_NUMBER_WORDS, key=len, reverse=True))
            + r"|an?\s+couple(?:\s+of)?|a\s+few|an?")
 _WEEKDAY = r"(?:" + "|".join(_WEEKDAYS) + r")|(?-i:" + "|".join(sorted(_WEEKDAY_ABBR, key=len, reverse=True)) + r")"
