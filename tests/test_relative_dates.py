@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+from pathlib import Path
 
 import pytest
 
@@ -298,3 +299,57 @@ def test_saves_from_before_the_switch_load_with_it_on(tmp_path):
     m2 = MAGS.load(p, embedder=EMB, backends={r: w for r in ("ask", "write", "answer", "router")})
     assert m2.config.resolve_dates is True and m2.graph.equals(m.graph)
     assert any("yesterday [7 May 2023]" in f for f in m2.ask("When did Caroline go?").facts)
+
+
+# ------------------------------------------------------------------------------------------------
+# the LoCoMo measurement (mags_lib.bench.dates)
+@pytest.mark.parametrize(("answer", "session", "first", "last"), [
+    ("7 May 2023", "2023-05-08", "2023-05-07", "2023-05-07"),
+    ("July 2, 2023", "2023-07-03", "2023-07-02", "2023-07-02"),
+    ("13 August", "2023-08-14", "2023-08-13", "2023-08-13"),  # the session's year
+    ("April.2023", "2023-05-04", "2023-04-01", "2023-04-30"),
+    ("2022", "2023-07-12", "2022-01-01", "2022-12-31"),
+    ("The Friday before 15 July 2023", "2023-07-15", "2023-07-14", "2023-07-14"),
+    ("The week before 9 June 2023", "2023-06-09", "2023-06-02", "2023-06-08"),
+    ("two weekends before 17 July 2023", "2023-07-17", "2023-07-08", "2023-07-09"),
+    ("The weekend before 17 July 2023", "2023-07-17", "2023-07-15", "2023-07-16"),
+    ("The weekend of 24June, 2022.", "2022-06-24", "2022-06-25", "2022-06-26"),
+    ("The week of 23 August 2023", "2023-08-23", "2023-08-21", "2023-08-27"),
+    ("the day before 26 October, 2023", "2023-10-26", "2023-10-25", "2023-10-25"),
+    ("last week of August 2023", "2023-09-01", "2023-08-25", "2023-08-31"),
+    ("between October 19 and 24, 2023", "2023-10-24", "2023-10-19", "2023-10-24"),
+])
+def test_locomo_gold_answers_read_as_periods(answer, session, first, last):
+    from mags_lib.bench.dates import gold_period
+
+    _, (a, b) = gold_period(answer, dt.date.fromisoformat(session))
+    assert (a.isoformat(), b.isoformat()) == (first, last)
+
+
+def test_gold_answers_that_are_not_periods_and_the_agreement_rule():
+    from mags_lib.bench.dates import agrees, gold_period
+
+    for answer in ("four months", "10 years ago", "Chicago", "her mother", None, "Yes"):
+        assert gold_period(answer, dt.date(2023, 5, 8)) is None
+    d = dt.date
+    day, week, month = (d(2023, 5, 7),) * 2, (d(2023, 5, 1), d(2023, 5, 7)), (d(2023, 5, 1), d(2023, 5, 31))
+    assert agrees(day, day) and agrees(day, week) and agrees(week, month)  # as precise or finer, overlapping
+    assert not agrees(month, day) and not agrees(week, day)  # coarser than the answer
+    assert not agrees((d(2023, 5, 8),) * 2, day)  # the session date itself for "yesterday"
+
+
+LOCOMO = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "locomo" / "locomo10.json"
+
+
+@pytest.mark.skipif(not LOCOMO.is_file(), reason=f"LoCoMo is not at {LOCOMO} (CC BY-NC 4.0, never committed)")
+def test_locomo_measurement_runs_and_holds(tmp_path):
+    from mags_lib.bench.dates import run
+
+    r = run(LOCOMO, out_dir=tmp_path, progress=False)
+    assert json.loads((tmp_path / "dates.json").read_text())["temporal_questions"]["scored"] == \
+        r["temporal_questions"]["scored"]
+    t, q = r["turns"], r["temporal_questions"]
+    assert t["n_turns"] == 5882 and t["turns_with_relative_date"] > 400
+    assert q["n_temporal_questions"] == 321 and q["scored"] > 150
+    # the resolution agrees with most dated gold answers; the session date alone with few
+    assert q["agree_share"] >= 0.9 and q["session_date_agree_share"] < 0.2

@@ -68,8 +68,8 @@ import datetime as _dt
 import re
 from dataclasses import dataclass
 
-__all__ = ["GRANULARITIES", "DateSpan", "annotate_relative_dates", "reference_date", "resolve_date_field",
-           "resolve_relative_dates"]
+__all__ = ["GRANULARITIES", "DateSpan", "annotate_relative_dates", "excluded_relative_dates", "reference_date",
+           "resolve_date_field", "resolve_relative_dates"]
 
 GRANULARITIES = ("day", "weekend", "week", "month", "year")
 """What a resolved phrase names, finest first."""
@@ -344,6 +344,16 @@ def resolve_relative_dates(text: str, ref_time: object) -> list[DateSpan]:
         hedged = bool(_HEDGES.search(text[:m.start()]))
         out.append(DateSpan(m.start(), m.end(), m.group(0), kind, gran, first, last, vague or hedged))
     return out
+
+
+def excluded_relative_dates(text: str) -> list[str]:
+    """The candidate phrases of ``text`` an exclusion rule of the module docstring left unresolved (for
+    measuring the rules).
+
+    >>> excluded_relative_dates("In the last year I haven't talked to him in a few days; yesterday too.")
+    ['last year', 'in a few days']
+    """
+    return [m.group(0) for m in _PATTERN.finditer(text) if _skipped(m, text)]
 
 
 def annotate_relative_dates(text: str, ref_time: object) -> str:
