@@ -48,6 +48,7 @@ __all__ = [
     "find_trained_model",
     "grounded",
     "resolve_speaker",
+    "resolve_triplet_dates",
     "rule_route",
 ]
 
@@ -101,6 +102,10 @@ class MAGSConfig:
     # model invent facts for inputs with nothing to store, e.g. gibberish; False lets it write nothing)
     write_grounding: bool = True  # store a triplet only if its subject or object shares a word with the
     # input (see ``grounded``): an untrained model copies few-shot facts ("Odalie ...") into any input
+    resolve_dates: bool = True  # relative dates against the observation's time (mags_lib.graph.dates): a
+    # written subject / object that is only a relative date ("yesterday", "last Saturday") is stored as the
+    # date it names ("7 May 2023"), and the reader sees recalled texts with each relative date resolved next
+    # to it ("yesterday [7 May 2023]"; the stored text is unchanged). False: both off (ablation)
     max_ops: int | None = None  # with grammar: most tags per ask/write output (None: the prompt spec's)
     max_field_chars: int | None = None  # with grammar: longest subject / relation / query (None: spec)
     max_object_chars: int | None = None  # with grammar: longest object (None: spec)
@@ -413,6 +418,27 @@ def resolve_speaker(triplet: Sequence[str], speaker: str | None) -> tuple[str, s
     return (one(s), r, one(o))
 
 
+def resolve_triplet_dates(triplet: Sequence[str], time: str | None) -> tuple[str, str, str]:
+    """A triplet whose subject or object is only a relative date, with that date resolved against ``time``.
+
+    ``time`` is when it was said (an ISO string); the field becomes the date in words
+    (:func:`mags_lib.graph.dates.resolve_date_field`), so the graph types it like any written date and
+    never merges it with another date by similarity. A field holding more than a date, a relation, or
+    a triplet without an ISO ``time`` is unchanged.
+
+    >>> resolve_triplet_dates(("Caroline", "went to support group on", "yesterday"), "2023-05-08T13:56")
+    ('Caroline', 'went to support group on', '7 May 2023')
+    >>> resolve_triplet_dates(("Melanie", "ran charity race", "last Saturday"), "2023-05-25")
+    ('Melanie', 'ran charity race', '20 May 2023')
+    >>> resolve_triplet_dates(("Caroline", "visited", "the park yesterday"), "2023-05-08")
+    ('Caroline', 'visited', 'the park yesterday')
+    """
+    from .graph.dates import resolve_date_field
+
+    s, r, o = (str(x) for x in triplet)
+    return (resolve_date_field(s, time) or s, r, resolve_date_field(o, time) or o)
+
+
 def _date_part(time: str | None) -> str | None:
     """The date of an ISO time stamp (``2023-05-08T13:56`` -> ``2023-05-08``); other strings as is."""
     if time and re.match(r"\d{4}-\d{2}-\d{2}T", time):
@@ -680,7 +706,10 @@ class MAGS:
             default ``"T<turn>"``.
         time : str, date or datetime, optional
             When it was said (e.g. ``"2023-05-08"``, ``datetime.date(2023, 5, 8)`` or LoCoMo's
-            ``"1:56 pm on 8 May, 2023"``), stored as an ISO string.
+            ``"1:56 pm on 8 May, 2023"``), stored as an ISO string. With ``config.resolve_dates``,
+            relative dates are resolved against it: a written subject or object that is only one
+            ("yesterday") is stored as the date it names, and the reader sees the turn's text with
+            each one's date next to it (see :meth:`render_item`).
         speaker : str, optional
             Who said it: kept on the episode, shown to the reader, and first-person words of the
             written facts ("I", "me", "my ...") are resolved to this name.
@@ -796,6 +825,8 @@ class MAGS:
             said = text if speaker is None else f"{speaker}: {text}"  # the speaker's name grounds "I"
             dropped = [t for t in triplets if not grounded(t, said)] if c.write_grounding else []
             triplets = [t for t in triplets if t not in dropped]
+            if c.resolve_dates and time is not None:  # after grounding: "yesterday" grounds, its date need not
+                triplets = list(dict.fromkeys(resolve_triplet_dates(t, time) for t in triplets))
         maintained = report = ep = None
         if c.memory != "none":
             # the turn's changes to the memory apply whole or not at all
@@ -820,7 +851,10 @@ class MAGS:
         stated was superseded (the date the last of them was); a fact the start of its validity
         interval (when it was first said) and, when superseded, ``no longer true since <date>`` (when
         the superseding observation was said); a date is left out where no time was given (ticks are
-        not dates). Items the graph does not know (hand-made) show their text.
+        not dates). With ``config.resolve_dates``, each relative date of the text is followed by the date
+        it names, resolved against that time (``yesterday [7 May 2023]``,
+        :func:`mags_lib.graph.dates.annotate_relative_dates`): the episode's time for an episode, for a
+        fact the time it was first said. Items the graph does not know (hand-made) show their text.
         """
         g = self.graph
         time_, current, speaker, until = None, None, None, None
@@ -842,7 +876,12 @@ class MAGS:
                 until = e["valid_to"] if isinstance(e["valid_to"], str) else None
         except KeyError:  # not (or no longer) in this graph: the bare text
             pass
-        return P.format_item(item.text, time=_date_part(time_), current=current, speaker=speaker,
+        text = item.text
+        if self.config.resolve_dates and time_ is not None:
+            from .graph.dates import annotate_relative_dates
+
+            text = annotate_relative_dates(text, time_)
+        return P.format_item(text, time=_date_part(time_), current=current, speaker=speaker,
                              until=_date_part(until))
 
     def pack_facts(self, items: Sequence[Any], budget: int | None = None) -> tuple[list[str], int, list]:

@@ -184,7 +184,9 @@ def test_run_benchmark_without_models(tiny, tmp_path):
     g = res.memories["tiny/episodes"].graph  # the episode keeps the utterance; the speaker is its own field
     ep = g.recall("banker", k=1).items[0]
     assert ep.text == "I lost my job as a banker last week." and g.episodes()[0]["speaker"] == "Jon"
-    assert res.memories["tiny/episodes"].render_item(ep).endswith("Jon: I lost my job as a banker last week.")
+    # the reader sees the speaker, and the relative date resolved against the session date (2023-01-20, a Friday)
+    assert res.memories["tiny/episodes"].render_item(ep).endswith(
+        "Jon: I lost my job as a banker last week [9 to 15 January 2023].")
     # six turns: no maintenance tick has pruned anything; every evidence turn survives as an episode
     m = res.metrics()
     assert m["evidence_survival"]["episodes"]["overall"] == 1.0

@@ -2,7 +2,8 @@
 
 Knows numpy, networkx, scipy and the :class:`mags_lib.embed.Embedder` interface, nothing of
 language models (importing it imports no torch). Submodules: ``viz`` (pictures, explorer),
-``tour`` (the dynamics notebook's story and simulator), ``dynamics`` (each step on its own).
+``tour`` (the dynamics notebook's story and simulator), ``dynamics`` (each step on its own), ``dates``
+(relative dates resolved against the date they were said).
 
 >>> from mags_lib.graph import LiquidGraph, GraphConfig
 """
