@@ -837,8 +837,10 @@ def _last_started_cell(executed_nb: Path) -> tuple[int | None, str]:
 # running
 # --------------------------------------------------------------------------------------------
 
-BATCH_ENV = {"TQDM_MININTERVAL": "1"}
-"""Extra environment of the batch kernels: text progress bars redrawn at most once a second."""
+BATCH_ENV = {"TQDM_MININTERVAL": "1", "MAGS_BATCH_KERNEL": "1"}
+"""Extra environment of the batch kernels: text progress bars redrawn at most once a second, and a flag
+telling the library it runs in one (a trainer then shows its text bar instead of an HTML table that
+would reach neither the runner's output nor a log file)."""
 
 # Run in every batch kernel before the first cell: tqdm.auto picks ipywidgets bars inside a kernel,
 # which reach neither the runner's output nor a log file; the text bar writes to stderr, which the

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from types import SimpleNamespace
 
 import pytest
 
@@ -180,3 +181,34 @@ def test_prompt_spec_round_trip_and_checks():
         PromptSpec.from_dict({"role": "write"})
     with pytest.raises(ValueError, match="no grammar"):
         PromptSpec("answer", "x", max_ops=3)
+
+
+@pytest.mark.parametrize("batch", [True, False])
+def test_batch_kernels_show_the_trainers_text_progress_bar(monkeypatch, batch):
+    """Inside a kernel transformers picks an HTML progress table, invisible in the pipeline's log; in the
+    pipeline's batch kernels (flagged by its environment) the trainer gets the text bar instead."""
+    from transformers.trainer_callback import ProgressCallback
+    from transformers.utils.notebook import NotebookProgressCallback
+
+    from mags_lib.pipeline import BATCH_ENV
+    from mags_lib.training.run import _text_progress
+
+    class FakeTrainer:  # the part of transformers.Trainer's callback API that _text_progress uses
+        def __init__(self):
+            self.callback_handler = SimpleNamespace(callbacks=[object(), NotebookProgressCallback()])
+
+        def remove_callback(self, cls):
+            self.callback_handler.callbacks = [c for c in self.callback_handler.callbacks if not isinstance(c, cls)]
+
+        def add_callback(self, cls):
+            self.callback_handler.callbacks.append(cls())
+
+    for k in BATCH_ENV:
+        monkeypatch.delenv(k, raising=False)
+    if batch:
+        for k, v in BATCH_ENV.items():
+            monkeypatch.setenv(k, v)
+    t = FakeTrainer()
+    _text_progress(t)
+    kinds = [type(c) for c in t.callback_handler.callbacks]
+    assert (ProgressCallback in kinds) is batch and (NotebookProgressCallback in kinds) is not batch

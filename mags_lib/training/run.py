@@ -381,6 +381,23 @@ def rows_hash(rows: Sequence[dict]) -> str:
     return h.hexdigest()[:16]
 
 
+def _text_progress(trainer: Any) -> None:
+    """In the pipeline's batch kernels (``MAGS_BATCH_KERNEL``), the trainer's text progress bar.
+
+    Inside any Jupyter kernel transformers shows training progress as an HTML table, which in a batch
+    run reaches neither the runner's output nor its log: a 40-minute warm start then showed no sign of
+    life. Interactive notebooks keep the table.
+    """
+    if not os.environ.get("MAGS_BATCH_KERNEL"):
+        return
+    from transformers.trainer_callback import ProgressCallback
+    from transformers.utils.notebook import NotebookProgressCallback
+
+    if any(isinstance(c, NotebookProgressCallback) for c in trainer.callback_handler.callbacks):
+        trainer.remove_callback(NotebookProgressCallback)
+        trainer.add_callback(ProgressCallback)
+
+
 def _trl_common(cfg: TrainConfig, stage_cfg, out: Path, progress: bool, backend: str) -> dict:
     import torch
 
@@ -539,6 +556,8 @@ def train_stage(stage: str, cfg: TrainConfig, rows: Sequence[dict], folder: Path
         from .throughput import grpo_profile
 
         spent = grpo_profile(trainer)  # seconds in generation, log-prob forwards, rewards
+    if progress:
+        _text_progress(trainer)
     t_train = time.perf_counter()
     trainer.train(resume_from_checkpoint=str(ckpt) if ckpt else None)
     seconds = time.perf_counter() - t0
