@@ -1073,26 +1073,39 @@ def _bootstrap(values: np.ndarray, n_boot: int, rng: np.random.Generator) -> tup
 
 
 def accuracy_table(records: Sequence[Mapping], *, by: str = "kind", n_boot: int = 1000, seed: int = 0,
-                   group: str | None = None):
+                   group: str | None = None, cluster: str | None = None):
     """Accuracy per ``by`` value and overall, with 95% percentile-bootstrap intervals (pandas frame).
 
-    ``group`` (e.g. ``"system"``) adds one block of rows per value of that column.
+    ``group`` (e.g. ``"system"``) adds one block of rows per value of that column. ``cluster`` (e.g.
+    ``"game"``): resample that column's values, not single questions (questions of one game share one
+    memory), pooling the accuracy over the resampled clusters' questions (as the game's report does,
+    :func:`mags_lib.game.report.bootstrap_ci`); ``n_clusters`` then counts them.
     """
     import pandas as pd
 
     df = pd.DataFrame(list(records))
+    cols = [group or "all", by, "n", "accuracy", "ci_low", "ci_high"] + (["n_clusters"] if cluster else [])
     if df.empty:
-        return pd.DataFrame(columns=[group or "all", by, "n", "accuracy", "ci_low", "ci_high"])
+        return pd.DataFrame(columns=cols)
     rng = np.random.default_rng(seed)
     rows = []
     for gname, gdf in (df.groupby(group, sort=False) if group else [("all", df)]):
         parts = list(gdf.groupby(by, sort=True)) + [("overall", gdf)]
         for key, sub in parts:
             vals = sub["correct"].astype(float).to_numpy()
-            lo, hi = _bootstrap(vals, n_boot, rng)
-            rows.append({group or "all": gname, by: key, "n": len(vals), "accuracy": float(vals.mean()),
-                         "ci_low": lo, "ci_high": hi})
-    return pd.DataFrame(rows)
+            row = {group or "all": gname, by: key, "n": len(vals), "accuracy": float(vals.mean())}
+            if cluster:
+                from .game.report import bootstrap_ci
+
+                per = sub.assign(correct=sub["correct"].astype(float)).groupby(cluster)["correct"].agg(["sum", "count"])
+                _, lo, hi = bootstrap_ci(per["sum"].to_numpy(), per["count"].to_numpy(), n_boot=n_boot,
+                                         seed=int(rng.integers(2**31)))
+                row.update(ci_low=lo, ci_high=hi, n_clusters=len(per))
+            else:
+                lo, hi = _bootstrap(vals, n_boot, rng)
+                row.update(ci_low=lo, ci_high=hi)
+            rows.append(row)
+    return pd.DataFrame(rows, columns=cols)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -1598,40 +1611,49 @@ def state_question_study(specs: Sequence[GameSpec], systems: Sequence[str], conf
     return records, scenarios, skipped
 
 
+def _episode(gf: GameFile, agent: str, config: AgentConfig) -> EpisodeResult:
+    """One episode of ``agent`` (``"none"``, ``"perfect"`` or a MAGS system) on ``gf``."""
+    if agent == "none":
+        return run_episode(gf, None, config)
+    if agent == "perfect":
+        return run_episode(gf, config=config, perfect_memory=True)
+    system = make_system(agent, seed=config.seed)
+    try:
+        return run_episode(gf, system, config)
+    finally:
+        system.close()
+
+
 def agent_study(specs: Sequence[GameSpec], agents: Sequence[str], config: AgentConfig | None = None, *,
-                episodes: int = 1, cache_dir: str | Path | None = None,
+                episodes: int = 1, cache_dir: str | Path | None = None, n_jobs: int = 1,
                 progress: bool = True) -> tuple[list[dict], dict[str, str]]:
     """Episodes of :class:`MemoryAgent` on each game: ``"none"`` or a system of :data:`SYSTEMS`.
 
     Here ``"none"`` is the agent *without* memory (it observes and asks nothing: random exits), not
     the ``none`` memory mode (that would ask a reader with an empty memory block and follow its guesses).
 
-    Episode ``i`` of a game uses ``config.seed + i``. Returns (rows, skipped systems with reasons).
+    Episode ``i`` of a game uses ``config.seed + i``. The games are generated here, the episodes run
+    over ``n_jobs`` processes (joblib; 1: in this process): each is independent, so the rows are the
+    same, in the same order, for any ``n_jobs``. Returns (rows, skipped systems with reasons): an
+    unknown name or a system whose models are missing is skipped with the reason.
     """
+    from joblib import Parallel, delayed
     from tqdm.auto import tqdm
 
     cfg = config or AgentConfig()
-    rows, skipped = [], {}
-    jobs = [(s, i, a) for s in specs for i in range(episodes) for a in agents]
-    for spec, i, agent in tqdm(jobs, desc="episodes", disable=not progress):
-        if agent in skipped:
-            continue
-        gf = make_game(spec, cache_dir=cache_dir)
-        c = dataclasses.replace(cfg, seed=cfg.seed + i)
-        if agent == "none":
-            r = run_episode(gf, None, c)
-        elif agent == "perfect":
-            r = run_episode(gf, config=c, perfect_memory=True)
-        else:
-            why = _unavailable(agent, None) if agent in SYSTEMS else f"unknown system {agent!r}"
+    skipped = {}
+    for a in dict.fromkeys(agents):
+        if a != "none":
+            why = _unavailable(a, None) if a in SYSTEMS else f"unknown system {a!r}"
             if why is not None:
-                skipped[agent] = why
-                continue
-            system = make_system(agent, seed=c.seed)
-            try:
-                r = run_episode(gf, system, c)
-            finally:
-                system.close()
+                skipped[a] = why
+    games = {spec: make_game(spec, cache_dir=cache_dir) for spec in specs}  # compiled once, before the workers
+    jobs = [(s, i, a) for s in specs for i in range(episodes) for a in agents if a not in skipped]
+    par = Parallel(n_jobs=n_jobs, return_as="generator")
+    out = par(delayed(_episode)(games[spec], agent, dataclasses.replace(cfg, seed=cfg.seed + i))
+              for spec, i, agent in jobs)
+    rows = []
+    for (spec, i, agent), r in zip(jobs, tqdm(out, total=len(jobs), desc="episodes", disable=not progress)):
         rows.append({**dataclasses.asdict(r), "agent": agent, "kind": spec.kind, "rooms": spec.n_rooms,
                      "episode": i})
     return rows, skipped

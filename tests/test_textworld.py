@@ -217,6 +217,21 @@ def test_accuracy_table_counts_and_intervals():
     assert 0.4 <= t.loc["recall", "ci_low"] < 0.8 < t.loc["recall", "ci_high"] <= 1.0
 
 
+def test_accuracy_table_resamples_games_when_clustered():
+    """Questions of one game share one memory: 10 games all right and 10 all wrong is a wide interval
+    over games, while the same 200 answers as independent questions give a narrow one."""
+    rows = [{"kind": "recall", "game": f"g{g}", "correct": g < 10} for g in range(20) for _ in range(10)]
+    flat = T.accuracy_table(rows, n_boot=2000, seed=0).set_index("kind")
+    games = T.accuracy_table(rows, n_boot=2000, seed=0, cluster="game").set_index("kind")
+    assert flat.loc["overall", "accuracy"] == games.loc["overall", "accuracy"] == 0.5
+    assert games.loc["overall", "n_clusters"] == 20 and games.loc["overall", "n"] == 200
+    flat_width = flat.loc["overall", "ci_high"] - flat.loc["overall", "ci_low"]
+    game_width = games.loc["overall", "ci_high"] - games.loc["overall", "ci_low"]
+    assert flat_width < 0.16 < 0.3 < game_width  # about 0.14 against about 0.4
+    by_system = T.accuracy_table([{**r, "system": "a"} for r in rows], group="system", cluster="game")
+    assert list(by_system.columns) == ["system", "kind", "n", "accuracy", "ci_low", "ci_high", "n_clusters"]
+
+
 def test_perfect_memory_answers_from_what_was_witnessed():
     pm = T.PerfectMemory(ENTITIES)
     for s in trajectory():
@@ -607,3 +622,18 @@ def test_state_question_study_in_parallel_equals_serial(tmp_path):
         [{k: v for k, v in r.items() if k not in drop} for r in parallel]
     assert all(r["game_seconds"] > 0 for r in serial + parallel)
     assert all(r["correct"] for r in serial if r["system"] == "perfect")
+
+
+@needs_tw
+@pytest.mark.slow
+def test_agent_study_in_parallel_equals_serial(tmp_path):
+    spec = GameSpec(kind="treasure_hunter", n_rooms=3, quest_length=2, mode="easy", seed=4)
+    cfg = T.AgentConfig(max_steps=8, seed=0, explore_first=4)
+    runs = [T.agent_study([spec], ["none", "perfect", "graph_base"], cfg, episodes=2, cache_dir=tmp_path,
+                          n_jobs=n, progress=False) for n in (1, 2)]
+    (serial, sk1), (parallel, sk2) = runs
+    assert sk1 == sk2 and set(sk1) == {"graph_base"} and "unknown system" in sk1["graph_base"]
+    assert [(r["agent"], r["episode"]) for r in serial] == [(a, i) for i in (0, 1) for a in ("none", "perfect")]
+    drop = ("seconds",)
+    assert [{k: v for k, v in r.items() if k not in drop} for r in serial] == \
+        [{k: v for k, v in r.items() if k not in drop} for r in parallel]
