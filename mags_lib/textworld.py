@@ -25,6 +25,10 @@ tests and into an agent benchmark for any ``MAGS`` configuration:
   game-scenario shape (``say`` events carry ``source`` = ``"<game>:<step>"`` and ``time``, the step
   as a date-time: ``start_time`` plus one minute per step), so the game module's scorer and runner
   score it like any other scenario.
+* **systems** -- :data:`SYSTEMS`: every memory mode of the game (``none``, ``full_context``, ``rag``,
+  ``mags_base``, ``mags_trained``: configurations of ``MAGS`` read from :data:`mags_lib.game.run.SYSTEMS`,
+  see :data:`GAME_NAMES`) and ``perfect``; :func:`state_question_study` runs every (game, system) pair
+  over processes, :func:`accuracy_table` (``cluster="game"``) gives intervals over games.
 * **agent** -- :class:`MemoryAgent` plays a game and uses ``system.ask`` to choose its next command
   (where is the thing the task needs; which exit leads to the room memory names), against the same
   agent without memory; :func:`run_episode` returns steps to finish and success.
