@@ -25,6 +25,10 @@ tests and into an agent benchmark for any ``MAGS`` configuration:
   game-scenario shape (``say`` events carry ``source`` = ``"<game>:<step>"`` and ``time``, the step
   as a date-time: ``start_time`` plus one minute per step), so the game module's scorer and runner
   score it like any other scenario.
+* **systems** -- :data:`SYSTEMS`: every memory mode of the game (``none``, ``full_context``, ``rag``,
+  ``mags_base``, ``mags_trained``: configurations of ``MAGS`` read from :data:`mags_lib.game.run.SYSTEMS`,
+  see :data:`GAME_NAMES`) and ``perfect``; :func:`state_question_study` runs every (game, system) pair
+  over processes, :func:`accuracy_table` (``cluster="game"``) gives intervals over games.
 * **agent** -- :class:`MemoryAgent` plays a game and uses ``system.ask`` to choose its next command
   (where is the thing the task needs; which exit leads to the room memory names), against the same
   agent without memory; :func:`run_episode` returns steps to finish and success.
@@ -64,6 +68,7 @@ import numpy as np
 
 __all__ = [
     "ARIGRAPH_ANCHOR",
+    "GAME_NAMES",
     "INSTALL_HINT",
     "INVENTORY",
     "SYSTEMS",
@@ -99,6 +104,7 @@ __all__ = [
     "score_answer",
     "skip_reason",
     "state_question_study",
+    "system_config",
     "textworld_available",
 ]
 
@@ -1071,26 +1077,39 @@ def _bootstrap(values: np.ndarray, n_boot: int, rng: np.random.Generator) -> tup
 
 
 def accuracy_table(records: Sequence[Mapping], *, by: str = "kind", n_boot: int = 1000, seed: int = 0,
-                   group: str | None = None):
+                   group: str | None = None, cluster: str | None = None):
     """Accuracy per ``by`` value and overall, with 95% percentile-bootstrap intervals (pandas frame).
 
-    ``group`` (e.g. ``"system"``) adds one block of rows per value of that column.
+    ``group`` (e.g. ``"system"``) adds one block of rows per value of that column. ``cluster`` (e.g.
+    ``"game"``): resample that column's values, not single questions (questions of one game share one
+    memory), pooling the accuracy over the resampled clusters' questions (as the game's report does,
+    :func:`mags_lib.game.report.bootstrap_ci`); ``n_clusters`` then counts them.
     """
     import pandas as pd
 
     df = pd.DataFrame(list(records))
+    cols = [group or "all", by, "n", "accuracy", "ci_low", "ci_high"] + (["n_clusters"] if cluster else [])
     if df.empty:
-        return pd.DataFrame(columns=[group or "all", by, "n", "accuracy", "ci_low", "ci_high"])
+        return pd.DataFrame(columns=cols)
     rng = np.random.default_rng(seed)
     rows = []
     for gname, gdf in (df.groupby(group, sort=False) if group else [("all", df)]):
         parts = list(gdf.groupby(by, sort=True)) + [("overall", gdf)]
         for key, sub in parts:
             vals = sub["correct"].astype(float).to_numpy()
-            lo, hi = _bootstrap(vals, n_boot, rng)
-            rows.append({group or "all": gname, by: key, "n": len(vals), "accuracy": float(vals.mean()),
-                         "ci_low": lo, "ci_high": hi})
-    return pd.DataFrame(rows)
+            row = {group or "all": gname, by: key, "n": len(vals), "accuracy": float(vals.mean())}
+            if cluster:
+                from .game.report import bootstrap_ci
+
+                per = sub.assign(correct=sub["correct"].astype(float)).groupby(cluster)["correct"].agg(["sum", "count"])
+                _, lo, hi = bootstrap_ci(per["sum"].to_numpy(), per["count"].to_numpy(), n_boot=n_boot,
+                                         seed=int(rng.integers(2**31)))
+                row.update(ci_low=lo, ci_high=hi, n_clusters=len(per))
+            else:
+                lo, hi = _bootstrap(vals, n_boot, rng)
+                row.update(ci_low=lo, ci_high=hi)
+            rows.append(row)
+    return pd.DataFrame(rows, columns=cols)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -1458,91 +1477,187 @@ def draw_map(state: WorldState, ax: Any = None, *, title: str | None = None, wit
 
 # ------------------------------------------------------------------------------------------------
 # studies the notebook runs
-SYSTEMS: dict[str, dict | None] = {
-    "perfect": None,  # PerfectMemory: the upper bound, no language model
-    "mags_base": {},  # MAGS.default() on the embedded base models
-    "mags_trained": {"models": "trained"},  # the trained ask/write models (fails fast when none exist)
+GAME_NAMES: dict[str, str] = {
+    "none": "none",  # the reader alone, same answer prompt, an empty memory block
+    "full_context": "full_context",  # the raw observations, newest kept, as many as fit the reader's window
+    "rag": "rag",  # static RAG: the recall_k raw observations most similar to the question, never updated
+    "mags_base": "graph_base",  # MAGS: the Liquid Knowledge Graph on the embedded base models
+    "mags_trained": "graph_trained",  # MAGS with the trained ask / write / answer models (skipped when absent)
 }
-"""Systems by name: ``None`` is :class:`PerfectMemory`, a dict is ``MAGS.default(**dict)`` keywords."""
+"""This module's system names -> the game's (:data:`mags_lib.game.run.SYSTEMS`): the memory modes of
+issue 12, the same configurations, read from the game's table so the two never drift apart."""
 
 
-def make_system(name: str, *, entities: Sequence[str] = (), steps: Sequence[Step] | None = None,
-                seed: int = 0, n_threads: int = 1) -> Any:
-    """A fresh system for ``name`` in :data:`SYSTEMS` (MAGS on ``n_threads`` llama.cpp threads)."""
+def _systems() -> dict[str, dict | None]:
+    from .game.run import SYSTEMS as game_systems
+
+    out: dict[str, dict | None] = {"perfect": None}
+    out.update({ours: dict(game_systems[theirs]) for ours, theirs in GAME_NAMES.items()})
+    return out
+
+
+SYSTEMS: dict[str, dict | None] = _systems()
+"""Systems by name: ``None`` is :class:`PerfectMemory` (the upper bound, no language model); a dict is
+the ``MAGSConfig`` keywords of one memory mode, as the game names them (see :data:`GAME_NAMES`):
+``none``, ``full_context``, ``rag``, ``mags_base`` (``{}``: MAGS on the base models) and
+``mags_trained`` (``{"models": "trained"}``). Every mode is a configuration of the one ``MAGS`` class.
+The reader, as in the game: ``none``, ``full_context``, ``rag`` and ``mags_base`` share one reader (the
+embedded base model) and one answer prompt; ``mags_trained`` reads with the trained answer model and the
+prompt it was trained with (``models="trained"`` covers the ask, write and answer roles)."""
+
+
+def system_config(name: str, **overrides: Any):
+    """The :class:`~mags_lib.agent.MAGSConfig` of system ``name`` (not ``perfect``), ``overrides`` on top
+    (settings shared by every system of a run: ``n_threads``, ``seed``, ``embedder``, output lengths).
+
+    >>> system_config("rag", embedder="hash").memory
+    'rag'
+    """
     if name not in SYSTEMS:
         raise ValueError(f"unknown system {name!r}; choose from {sorted(SYSTEMS)}")
     spec = SYSTEMS[name]
     if spec is None:
+        raise ValueError(f"{name!r} is PerfectMemory, not a MAGS configuration")
+    from .game.run import make_config
+
+    return make_config(spec, overrides)
+
+
+def make_system(name: str, *, entities: Sequence[str] = (), steps: Sequence[Step] | None = None,
+                seed: int = 0, n_threads: int = 1, backends: Mapping[str, Any] | None = None,
+                **overrides: Any) -> Any:
+    """A fresh system for ``name`` in :data:`SYSTEMS` (MAGS on ``n_threads`` llama.cpp threads).
+
+    ``overrides`` are ``MAGSConfig`` fields applied over the system's own (e.g. ``embedder="hash"``,
+    ``max_new_tokens_answer=16``); ``backends`` (``{role: Backend}``) go to ``MAGS`` as they are (tests
+    inject fake models). ``entities`` and ``steps`` are for ``perfect``.
+    Raises ``FileNotFoundError`` when the models of ``name`` are missing (``mags_trained`` before training).
+    """
+    if name not in SYSTEMS:
+        raise ValueError(f"unknown system {name!r}; choose from {sorted(SYSTEMS)}")
+    if SYSTEMS[name] is None:
         return PerfectMemory(entities, steps)
     from .agent import MAGS
 
-    return MAGS.default(**{"n_threads": n_threads, "seed": seed, **spec})
+    cfg = system_config(name, **{"n_threads": n_threads, "seed": seed, **overrides})
+    return MAGS(cfg, backends=dict(backends) if backends else None)
+
+
+def _unavailable(name: str, base: Mapping[str, Any] | None) -> str | None:
+    """None when system ``name`` can be built here, else why not (models checked, not loaded)."""
+    if SYSTEMS[name] is None:
+        return None
+    from .agent import MAGS
+    from .embed import HashEmbedder
+    from .export import ExportError
+
+    try:
+        MAGS(system_config(name, **dict(base or {})), embedder=HashEmbedder(dim=16)).close()
+    except (FileNotFoundError, ValueError, ImportError, ExportError) as e:  # missing / stale trained models
+        return f"{type(e).__name__}: {e}"
+    return None
+
+
+def _system_on_game(name: str, scenario: dict, steps: list[Step], entities: list[str], seed: int,
+                    base: Mapping[str, Any] | None) -> tuple[list[dict], float]:
+    """One system, built fresh, through one game's scenario: its records and the wall time."""
+    import time as _time
+
+    t0 = _time.perf_counter()
+    system = make_system(name, entities=entities, steps=steps, seed=seed, **dict(base or {}))
+    try:
+        rows = run_scenario(system, scenario)
+    finally:
+        if hasattr(system, "close"):
+            system.close()
+    return rows, _time.perf_counter() - t0
 
 
 def state_question_study(specs: Sequence[GameSpec], systems: Sequence[str], config: PlayConfig | None = None, *,
-                         seed: int = 0, cache_dir: str | Path | None = None,
-                         progress: bool = True) -> tuple[list[dict], list[dict], dict[str, str]]:
+                         seed: int = 0, cache_dir: str | Path | None = None, base: Mapping[str, Any] | None = None,
+                         n_jobs: int = 1, progress: bool = True) -> tuple[list[dict], list[dict], dict[str, str]]:
     """Play each game once, ask its questions to every system; returns (records, scenarios, skipped).
 
-    ``skipped`` maps a system that could not be built (e.g. no trained model yet) to the reason.
+    ``systems`` are names of :data:`SYSTEMS` (an unknown name raises ``ValueError`` before anything
+    plays); ``base`` holds ``MAGSConfig`` fields shared by every MAGS system (e.g. shorter outputs).
+    The games are generated and played here; the (game, system) pairs then run over ``n_jobs``
+    processes (joblib; 1: in this process), each from a fresh system with the same seed, so the
+    records are the same, in the same order, for any ``n_jobs`` (greedy decoding).
+    Each record carries ``system``, ``rooms``, ``game`` and ``game_seconds``: the wall time of that
+    system on that whole game (building it, every observation, every question).
+    ``skipped`` maps a system that cannot be built (no trained model yet, a stale export) to the reason.
     """
+    from joblib import Parallel, delayed
     from tqdm.auto import tqdm
 
+    unknown = [n for n in systems if n not in SYSTEMS]
+    if unknown:
+        raise ValueError(f"unknown systems {unknown}; choose from {sorted(SYSTEMS)}")
     cfg = config or PlayConfig()
-    records, scenarios, skipped = [], [], {}
+    skipped = {n: why for n in dict.fromkeys(systems) if (why := _unavailable(n, base)) is not None}
+    runnable = [n for n in dict.fromkeys(systems) if n not in skipped]
+    games, scenarios = [], []
     for spec in tqdm(list(specs), desc="games", disable=not progress):
         gf = make_game(spec, cache_dir=cache_dir)
         steps, ents = play(gf, cfg, seed=seed + spec.seed)
         sc = make_scenario(gf, cfg, seed=seed + spec.seed, steps=steps, entities=ents)
         scenarios.append(sc)
-        for name in systems:
-            if name in skipped:
-                continue
-            try:
-                system = make_system(name, entities=ents, steps=steps, seed=seed)
-            except (FileNotFoundError, ValueError, ImportError) as e:
-                skipped[name] = f"{type(e).__name__}: {e}"
-                continue
-            try:
-                for r in run_scenario(system, sc):
-                    records.append({**r, "system": name, "rooms": spec.n_rooms, "game": gf.name})
-            finally:
-                if hasattr(system, "close"):
-                    system.close()
+        games.append((spec, gf, steps, ents, sc))
+    tasks = [(g, name) for g in games for name in runnable]
+    par = Parallel(n_jobs=n_jobs, return_as="generator")
+    out = par(delayed(_system_on_game)(name, sc, steps, ents, seed, base)
+              for (_, _, steps, ents, sc), name in tasks)
+    records = []
+    for ((spec, gf, *_), name), (rows, took) in zip(tasks, tqdm(out, total=len(tasks), desc="systems x games",
+                                                                  disable=not progress)):
+        records.extend({**r, "system": name, "rooms": spec.n_rooms, "game": gf.name, "game_seconds": took}
+                       for r in rows)
     return records, scenarios, skipped
 
 
-def agent_study(specs: Sequence[GameSpec], agents: Sequence[str], config: AgentConfig | None = None, *,
-                episodes: int = 1, cache_dir: str | Path | None = None,
-                progress: bool = True) -> tuple[list[dict], dict[str, str]]:
-    """Episodes of :class:`MemoryAgent` on each game: ``"none"`` (no memory) or a system of :data:`SYSTEMS`.
+def _episode(gf: GameFile, agent: str, config: AgentConfig) -> EpisodeResult:
+    """One episode of ``agent`` (``"none"``, ``"perfect"`` or a MAGS system) on ``gf``."""
+    if agent == "none":
+        return run_episode(gf, None, config)
+    if agent == "perfect":
+        return run_episode(gf, config=config, perfect_memory=True)
+    system = make_system(agent, seed=config.seed)
+    try:
+        return run_episode(gf, system, config)
+    finally:
+        system.close()
 
-    Episode ``i`` of a game uses ``config.seed + i``. Returns (rows, skipped systems with reasons).
+
+def agent_study(specs: Sequence[GameSpec], agents: Sequence[str], config: AgentConfig | None = None, *,
+                episodes: int = 1, cache_dir: str | Path | None = None, n_jobs: int = 1,
+                progress: bool = True) -> tuple[list[dict], dict[str, str]]:
+    """Episodes of :class:`MemoryAgent` on each game: ``"none"`` or a system of :data:`SYSTEMS`.
+
+    Here ``"none"`` is the agent *without* memory (it observes and asks nothing: random exits), not
+    the ``none`` memory mode (that would ask a reader with an empty memory block and follow its guesses).
+
+    Episode ``i`` of a game uses ``config.seed + i``. The games are generated here, the episodes run
+    over ``n_jobs`` processes (joblib; 1: in this process): each is independent, so the rows are the
+    same, in the same order, for any ``n_jobs``. Returns (rows, skipped systems with reasons): an
+    unknown name or a system whose models are missing is skipped with the reason.
     """
+    from joblib import Parallel, delayed
     from tqdm.auto import tqdm
 
     cfg = config or AgentConfig()
-    rows, skipped = [], {}
-    jobs = [(s, i, a) for s in specs for i in range(episodes) for a in agents]
-    for spec, i, agent in tqdm(jobs, desc="episodes", disable=not progress):
-        if agent in skipped:
-            continue
-        gf = make_game(spec, cache_dir=cache_dir)
-        c = dataclasses.replace(cfg, seed=cfg.seed + i)
-        if agent == "none":
-            r = run_episode(gf, None, c)
-        elif agent == "perfect":
-            r = run_episode(gf, config=c, perfect_memory=True)
-        else:
-            try:
-                system = make_system(agent, seed=c.seed)
-            except (FileNotFoundError, ValueError, ImportError) as e:
-                skipped[agent] = f"{type(e).__name__}: {e}"
-                continue
-            try:
-                r = run_episode(gf, system, c)
-            finally:
-                system.close()
+    skipped = {}
+    for a in dict.fromkeys(agents):
+        if a != "none":
+            why = _unavailable(a, None) if a in SYSTEMS else f"unknown system {a!r}"
+            if why is not None:
+                skipped[a] = why
+    games = {spec: make_game(spec, cache_dir=cache_dir) for spec in specs}  # compiled once, before the workers
+    jobs = [(s, i, a) for s in specs for i in range(episodes) for a in agents if a not in skipped]
+    par = Parallel(n_jobs=n_jobs, return_as="generator")
+    out = par(delayed(_episode)(games[spec], agent, dataclasses.replace(cfg, seed=cfg.seed + i))
+              for spec, i, agent in jobs)
+    rows = []
+    for (spec, i, agent), r in zip(jobs, tqdm(out, total=len(jobs), desc="episodes", disable=not progress)):
         rows.append({**dataclasses.asdict(r), "agent": agent, "kind": spec.kind, "rooms": spec.n_rooms,
                      "episode": i})
     return rows, skipped

@@ -8,11 +8,14 @@ when TextWorld is not installed.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from fakes import TableBackend
 
+from mags_lib import protocol
 from mags_lib import textworld as T
 from mags_lib.textworld import INVENTORY, GameSpec, QuestionConfig, Step, Witness, WorldState
 
@@ -214,6 +217,21 @@ def test_accuracy_table_counts_and_intervals():
     assert 0.4 <= t.loc["recall", "ci_low"] < 0.8 < t.loc["recall", "ci_high"] <= 1.0
 
 
+def test_accuracy_table_resamples_games_when_clustered():
+    """Questions of one game share one memory: 10 games all right and 10 all wrong is a wide interval
+    over games, while the same 200 answers as independent questions give a narrow one."""
+    rows = [{"kind": "recall", "game": f"g{g}", "correct": g < 10} for g in range(20) for _ in range(10)]
+    flat = T.accuracy_table(rows, n_boot=2000, seed=0).set_index("kind")
+    games = T.accuracy_table(rows, n_boot=2000, seed=0, cluster="game").set_index("kind")
+    assert flat.loc["overall", "accuracy"] == games.loc["overall", "accuracy"] == 0.5
+    assert games.loc["overall", "n_clusters"] == 20 and games.loc["overall", "n"] == 200
+    flat_width = flat.loc["overall", "ci_high"] - flat.loc["overall", "ci_low"]
+    game_width = games.loc["overall", "ci_high"] - games.loc["overall", "ci_low"]
+    assert flat_width < 0.16 < 0.3 < game_width  # about 0.14 against about 0.4
+    by_system = T.accuracy_table([{**r, "system": "a"} for r in rows], group="system", cluster="game")
+    assert list(by_system.columns) == ["system", "kind", "n", "accuracy", "ci_low", "ci_high", "n_clusters"]
+
+
 def test_perfect_memory_answers_from_what_was_witnessed():
     pm = T.PerfectMemory(ENTITIES)
     for s in trajectory():
@@ -222,6 +240,159 @@ def test_perfect_memory_answers_from_what_was_witnessed():
     assert T.score_answer(pm.ask("Where is the spoon?"), [])
     assert T.score_answer(pm.ask("Which room lies east of the hall?"), ["garden"])
     assert pm.ask("Which way from the garden leads to the kitchen?") == "Go west."
+
+
+# ------------------------------------------------------------------------------------------------
+# every memory mode of the game issue on the hand-made game, with fake models: what is under test is
+# what each mode lets the reader see (and which models it runs), not what a model makes of it
+MAGS_MODES = {"none": "none", "full_context": "full_context", "rag": "rag", "mags_base": "graph",
+              "mags_trained": "graph"}
+OBSERVED = ("There is a key on the floor", "You pick up the key", "The chest contains an apple",
+            "You put the key into the chest", "You see a drawer and a table", "You are carrying nothing")
+WRITES = {"There is a key on the floor": protocol.writes_to_text([("key", "is in", "kitchen")]),
+          "You put the key into the chest": protocol.writes_to_text([("key", "is in", "chest")]),
+          "The chest contains an apple": protocol.writes_to_text([("apple", "is in", "chest")])}
+
+
+def hand_scenario():
+    """The hand-made trajectory as a scenario: two rounds of questions (after steps 3 and 5)."""
+    cfg = T.PlayConfig(n_steps=5, questions=QuestionConfig(ask_every=3, per_round=6, retention_gap=3))
+    return T.make_scenario(T.GameFile(path=Path("hand.z8"), name="hand"), cfg, steps=trajectory(),
+                           entities=ENTITIES)
+
+
+def fake_trained_models(root: Path) -> Path:
+    """models/<role>/default/ for ask, write and answer: a finished run (meta.json with the trained
+    prompt) and an empty GGUF file (never loaded: the tests hand MAGS fake backends)."""
+    from mags_lib.roles import ROLE_SPECS
+
+    for role in ("ask", "write", "answer"):
+        run = root / role / "default"
+        (run / "gguf").mkdir(parents=True)
+        (run / "gguf" / "model-q8_0.gguf").write_bytes(b"")
+        (run / "meta.json").write_text(json.dumps({"format": "mags-trained-model", "final_stage": "sft",
+                                                   "role": role, "prompt": ROLE_SPECS[role].trained.to_dict()}))
+    return root
+
+
+@pytest.fixture(scope="module")
+def modes_run(tmp_path_factory):
+    """Each MAGS mode through the hand-made scenario (recall_k=2, so a top-k is not the whole history)."""
+    root = fake_trained_models(tmp_path_factory.mktemp("models"))
+    sc = hand_scenario()
+    out = {}
+    for name in MAGS_MODES:
+        backends = {"write": TableBackend(WRITES), "ask": TableBackend({}),
+                    "answer": TableBackend({}, default="I don't know."), "router": TableBackend({})}
+        m = T.make_system(name, backends=backends, embedder="hash", recall_k=2, models_root=str(root))
+        try:
+            rows = T.run_scenario(m, sc)
+            out[name] = {"rows": rows, "backends": backends, "paths": dict(m.model_paths), "config": m.config,
+                         "answer_spec": m.prompt_spec("answer"), "episodes": len(m.graph.episodes()),
+                         "facts": len(m.graph.facts())}
+        finally:
+            m.close()
+    return sc, root, out
+
+
+def test_systems_are_the_game_memory_modes():
+    from mags_lib.game.run import SYSTEMS as GAME
+    from mags_lib.game.run import make_config
+
+    assert set(T.SYSTEMS) == {"perfect", *MAGS_MODES} and T.SYSTEMS["perfect"] is None
+    configs = {}
+    for name, memory in MAGS_MODES.items():
+        cfg = T.system_config(name)
+        assert cfg.memory == memory, name
+        # the game's configuration of the same mode, not a copy that could drift
+        assert cfg.to_dict() == make_config(GAME[T.GAME_NAMES[name]]).to_dict(), name
+        configs[name] = json.dumps(cfg.to_dict(), sort_keys=True)
+    assert len(set(configs.values())) == len(MAGS_MODES)  # no two modes are one configuration
+    assert T.system_config("mags_trained").models == "trained" and T.system_config("mags_base").models == "base"
+    assert T.system_config("rag", n_threads=1, recall_k=3).recall_k == 3  # shared settings on top
+    with pytest.raises(ValueError, match="PerfectMemory"):
+        T.system_config("perfect")
+    with pytest.raises(ValueError, match="unknown system"):
+        T.make_system("graph_base")
+
+
+def test_every_memory_mode_answers_every_question_of_the_hand_made_game(modes_run):
+    sc, _, out = modes_run
+    asks = [e["ask"] for e in sc["events"] if "ask" in e]
+    perfect = T.run_scenario(T.PerfectMemory(ENTITIES, trajectory()), sc)
+    assert all(r["correct"] for r in perfect) and "Where is the spoon?" in asks
+    for name, run in out.items():
+        assert [r["question"] for r in run["rows"]] == asks, name
+        assert len(run["backends"]["answer"].calls) == len(asks), name  # the reader answers each question
+        assert [r["kind"] for r in run["rows"]] == [r["kind"] for r in perfect], name
+        # the fake reader never knows: the abstain question is right, the others wrong, in every mode
+        assert [r["correct"] for r in run["rows"]] == [r["kind"] == "abstain" for r in run["rows"]], name
+
+
+def _seen(call) -> list[str]:
+    """The observations (by their marker phrase) in one prompt to the reader."""
+    return [o for o in OBSERVED if o in call["content"]]
+
+
+def test_each_memory_mode_shows_the_reader_what_it_should(modes_run):
+    _, root, out = modes_run
+    n_asks = len(out["none"]["rows"])
+    for name in ("none", "full_context", "rag"):  # no write nor ask model runs in the baselines
+        assert not out[name]["backends"]["write"].calls and not out[name]["backends"]["ask"].calls, name
+        assert out[name]["facts"] == 0, name
+    # none: the reader alone; not one observation reaches it, nothing is stored
+    assert out["none"]["episodes"] == 0
+    assert all(_seen(c) == [] for c in out["none"]["backends"]["answer"].calls)
+    # full context: every observation so far, in order (the tiny game fits the window)
+    full = out["full_context"]["backends"]["answer"].calls
+    assert _seen(full[0]) == list(OBSERVED[:4]) and _seen(full[-1]) == list(OBSERVED)
+    assert out["full_context"]["episodes"] == len(OBSERVED)
+    # static RAG: the recall_k=2 observations nearest the question, never the whole history
+    rag = out["rag"]["backends"]["answer"].calls
+    assert all(1 <= len(_seen(c)) <= 2 for c in rag) and out["rag"]["episodes"] == len(OBSERVED)
+    # MAGS: the write model runs on every observation, the ask model on every question, and the
+    # reader sees the written facts
+    for name in ("mags_base", "mags_trained"):
+        b = out[name]["backends"]
+        assert len(b["write"].calls) == len(OBSERVED) and len(b["ask"].calls) == n_asks, name
+        assert out[name]["facts"] >= 2, name
+        assert any("key is in chest" in c["content"] for c in b["answer"].calls), name
+    # one reader and one answer prompt for none, full context, static RAG and MAGS base (the
+    # embedded model); MAGS trained reads with the trained answer model and the prompt it was trained
+    # with, as in the game (mags_lib.game.run.SYSTEMS: graph_trained = models="trained")
+    from mags_lib.roles import ROLE_SPECS
+
+    for name in ("none", "full_context", "rag", "mags_base"):
+        assert out[name]["paths"] == {"ask": None, "write": None, "answer": None, "router": None}, name
+        assert out[name]["answer_spec"] == ROLE_SPECS["answer"].base, name
+        assert {c["prompt"][0]["content"] for c in out[name]["backends"]["answer"].calls} == \
+            {ROLE_SPECS["answer"].base.system}, name
+    for role in ("ask", "write", "answer"):
+        assert Path(out["mags_trained"]["paths"][role]).is_relative_to(root / role / "default")
+    assert out["mags_trained"]["answer_spec"] == ROLE_SPECS["answer"].trained
+
+
+def test_no_two_memory_modes_are_silently_the_same(modes_run):
+    """What reaches the models differs between every two modes: the reader's prompts, or (MAGS base
+    against trained, same fake writes) the models and the prompts of every role."""
+    _, _, out = modes_run
+    views = {}
+    for name, run in out.items():
+        b = run["backends"]
+        views[name] = json.dumps({"paths": run["paths"],
+                                  **{role: [c["prompt"] for c in b[role].calls] for role in ("write", "ask", "answer")}})
+    assert len(set(views.values())) == len(MAGS_MODES), [n for n in views if list(views.values()).count(views[n]) > 1]
+    reader = {n: [c["content"] for c in run["backends"]["answer"].calls] for n, run in out.items()}
+    assert len({json.dumps(reader[n]) for n in ("none", "full_context", "rag", "mags_base")}) == 4
+
+
+def test_state_question_study_names_unknown_systems_and_skips_missing_models(tmp_path):
+    with pytest.raises(ValueError, match="unknown systems"):
+        T.state_question_study([], ["perfect", "graph_trained"])
+    records, scenarios, skipped = T.state_question_study([], ["perfect", "mags_trained"], progress=False,
+                                                         base={"models_root": str(tmp_path), "embedder": "hash"})
+    assert records == [] and scenarios == []
+    assert set(skipped) == {"mags_trained"} and "no trained" in skipped["mags_trained"]
 
 
 # ------------------------------------------------------------------------------------------------
@@ -429,3 +600,40 @@ def test_memory_agent_uses_memory_to_finish_sooner(tiny):
     assert with_memory.commands[-1] == "take apple from chest"
     table = T.episode_table([{**vars(with_memory), "agent": "memory"}, {**vars(without), "agent": "none"}])
     assert list(table["agent"]) == ["memory", "none"] and table["success"].iloc[0] == 1.0
+
+
+@needs_tw
+@pytest.mark.slow
+def test_state_question_study_in_parallel_equals_serial(tmp_path):
+    """Generated games, a real reader (the none mode: no write model, so it stays short) and the
+    perfect memory: two processes give the records of one, in the same order."""
+    specs = [GameSpec(kind="custom", n_rooms=2, n_objects=3, quest_length=1, seed=s) for s in (2, 3)]
+    cfg = T.PlayConfig(n_steps=6, questions=QuestionConfig(ask_every=3, per_round=2))
+    base = {"embedder": "hash", "max_new_tokens_answer": 12}
+    runs = [T.state_question_study(specs, ["perfect", "none"], cfg, cache_dir=tmp_path, base=base, n_jobs=n,
+                                   progress=False) for n in (1, 2)]
+    (serial, sc1, sk1), (parallel, sc2, sk2) = runs
+    assert not sk1 and not sk2 and sc1 == sc2
+    # game by game, and within a game system by system, in the order given
+    order = [(r["game"], r["system"]) for r in serial]
+    assert list(dict.fromkeys(order)) == [(s.name, n) for s in specs for n in ("perfect", "none")]
+    drop = ("game_seconds",)
+    assert [{k: v for k, v in r.items() if k not in drop} for r in serial] == \
+        [{k: v for k, v in r.items() if k not in drop} for r in parallel]
+    assert all(r["game_seconds"] > 0 for r in serial + parallel)
+    assert all(r["correct"] for r in serial if r["system"] == "perfect")
+
+
+@needs_tw
+@pytest.mark.slow
+def test_agent_study_in_parallel_equals_serial(tmp_path):
+    spec = GameSpec(kind="treasure_hunter", n_rooms=3, quest_length=2, mode="easy", seed=4)
+    cfg = T.AgentConfig(max_steps=8, seed=0, explore_first=4)
+    runs = [T.agent_study([spec], ["none", "perfect", "graph_base"], cfg, episodes=2, cache_dir=tmp_path,
+                          n_jobs=n, progress=False) for n in (1, 2)]
+    (serial, sk1), (parallel, sk2) = runs
+    assert sk1 == sk2 and set(sk1) == {"graph_base"} and "unknown system" in sk1["graph_base"]
+    assert [(r["agent"], r["episode"]) for r in serial] == [(a, i) for i in (0, 1) for a in ("none", "perfect")]
+    drop = ("seconds",)
+    assert [{k: v for k, v in r.items() if k not in drop} for r in serial] == \
+        [{k: v for k, v in r.items() if k not in drop} for r in parallel]
