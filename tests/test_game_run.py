@@ -36,6 +36,14 @@ def test_every_named_system_and_ablation_is_data_and_a_valid_config_or_a_clear_s
         assert cfg.memory == spec.get("memory", "graph")
 
 
+@pytest.mark.parametrize("baseline, memory", [("rag_trained", "rag"), ("full_context_trained", "full_context")])
+def test_trained_baselines_read_with_the_reader_of_graph_trained(baseline, memory):
+    """graph_trained reads with the trained answer model; its fair baselines change the memory only."""
+    ours, theirs = make_config(SYSTEMS["graph_trained"]), make_config(SYSTEMS[baseline])
+    assert theirs.memory == memory and ours.memory == "graph"
+    assert theirs.models == ours.models == "trained" and theirs.trained_tag == ours.trained_tag
+
+
 @pytest.mark.parametrize("name", [n for n, s in ABLATIONS.items() if isinstance(s.get("dynamics"), dict)])
 def test_each_dynamics_ablation_turns_exactly_its_switch_off(name):
     dyn = make_config(ablation_systems(names=[name])[name]).graph_config().dynamics

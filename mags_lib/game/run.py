@@ -69,6 +69,10 @@ SYSTEMS: dict[str, dict] = {
     "rag": {"memory": "rag"},  # static RAG: top-k raw observations by embedding, never updated
     "graph_base": {},  # MAGS: the Liquid Knowledge Graph, embedded base models
     "graph_trained": {"models": "trained"},  # MAGS with the trained ask/write models
+    # the baselines read by the trained answer model: graph_trained reads with it, so comparing graph_trained
+    # with rag / full_context (base reader) mixes a better memory with a better reader; these isolate the memory
+    "rag_trained": {"memory": "rag", "models": "trained"},
+    "full_context_trained": {"memory": "full_context", "models": "trained"},
 }
 """Named systems compared by the game (plain ``MAGSConfig`` keyword dicts)."""
 
