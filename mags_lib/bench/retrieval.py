@@ -225,19 +225,26 @@ class RRFRetriever:
 class MAGSRetriever:
     """MAGS recall (``m.recall(query, k)``) as a retriever; the memory is built beforehand.
 
+    ``config``: a :class:`~mags_lib.graph.RecallConfig` to recall with instead (an ablation; the
+    graph's ``recall`` is called directly).
+
     ``fit`` is not supported: how the memory is built (the write model, or episodes only) is the
     caller's choice and part of the row's label (see :func:`mags_lib.bench.locomo_eval.build_memory`).
     """
 
-    def __init__(self, mags: Any, name: str = "mags"):
-        self.mags, self.name = mags, name
+    def __init__(self, mags: Any, name: str = "mags", config: Any = None):
+        self.mags, self.name, self.config = mags, name, config
 
     def fit(self, docs: Sequence[Doc]) -> MAGSRetriever:
         raise TypeError("MAGSRetriever searches a memory built by observing the conversation; build it with "
                         "mags_lib.bench.locomo_eval.build_memory")
 
     def search(self, query: str, k: int) -> list[Hit]:
-        return [Hit(it.text, float(it.score), tuple(it.sources)) for it in self.mags.recall(query, k=int(k))]
+        if self.config is None:
+            items = self.mags.recall(query, k=int(k))
+        else:  # a recall ablation (a RecallConfig) on the same memory
+            items = self.mags.graph.recall(query, k=int(k), config=self.config).items
+        return [Hit(it.text, float(it.score), tuple(it.sources)) for it in items]
 
 
 # ------------------------------------------------------------------------------------------------
