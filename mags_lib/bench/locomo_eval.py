@@ -883,6 +883,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--tuned-on", default="",
                    help="comma-separated conversations the recall settings were tuned on (recorded in the "
                         "summary, which also averages the others: the held-out figure)")
+    p.add_argument("--no-dynamics", action="store_true",
+                   help="MAGS memories without maintenance (nothing decays or is pruned): recall over every turn")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=int, default=0)
     a = p.parse_args(argv)
@@ -900,6 +902,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         over["recall_variants"] = tuple(a.recall_variants.split(","))
     if a.no_qa:
         over["qa_systems"] = ()
+    if a.no_dynamics:
+        over["dynamics"] = False
     cfg = LoCoMoBenchConfig.for_profile(a.profile, **over)
     out = Path(a.out) if a.out else run_dir(a.run_tag or a.profile, "70_locomo_benchmark")
     t0 = time.perf_counter()
