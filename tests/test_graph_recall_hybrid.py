@@ -217,10 +217,13 @@ def test_lexical_top_breaks_ties_by_row():
     assert rows.tolist() == [7, 1, 3, 2] and vals.tolist() == [3.0, 2.0, 2.0, 1.0]
     assert ix.top(scores, 20)[0].tolist() == [7, 1, 3, 2, 4, 5]  # positive scores only
     assert ix.top(None, 3)[0].size == 0
-    assert tokenize("The boats were running") == ["boat", "were", "run"]
+    assert tokenize("The boats were running", "en") == ["boat", "were", "run"]
+    assert tokenize("What were you running for?") == ["run"]  # the default list drops question words too
 
 
 def test_recall_config_checks():
+    with pytest.raises(ValueError, match="lexical_stopwords"):
+        IndexConfig(lexical_stopwords="fr")
     for bad in ({"anchors_per_k": -1.0}, {"lexical_weight": 1.5}, {"episode_context": -0.1}, {"bm25_k1": 0.0},
                 {"bm25_b": 2.0}, {"max_total_visits": 0}):
         with pytest.raises(ValueError, match=next(iter(bad))):

@@ -195,6 +195,8 @@ class IndexConfig:
     threads: int = 0  # threads for batch add/search (0: all cores; 1: reproducible HNSW inserts)
     lexical: bool = True  # keep a BM25 index of node texts per block (mags_lib.graph.lexical) for hybrid
     # recall (RecallConfig.lexical_weight); off: no index is kept and recall ranks by cosine alone
+    lexical_stopwords: str = "en_plus"  # words the lexical index ignores: "en_plus" (179 English words, question
+    # words included), "en" (33, the LoCoMo BM25 baseline's) or "none"
 
     def __post_init__(self) -> None:
         coerce_fields(self)
@@ -209,6 +211,8 @@ class IndexConfig:
             raise ValueError(f"flush_size must be >= 1, got {self.flush_size}")
         if self.threads < 0:
             raise ValueError(f"threads must be >= 0, got {self.threads}")
+        if self.lexical_stopwords not in ("en", "en_plus", "none"):
+            raise ValueError(f"lexical_stopwords must be 'en', 'en_plus' or 'none', got {self.lexical_stopwords!r}")
 
 
 @dataclass(frozen=True)

@@ -163,8 +163,8 @@ class LiquidGraph:
         self.G = nx.MultiDiGraph()
         self._ent_index = VectorIndex(self.dim, self.config.index)
         self._ep_index = VectorIndex(self.dim, self.config.index)
-        self._ent_lex = LexicalIndex(self._lex_doc)
-        self._ep_lex = LexicalIndex(self._lex_doc)
+        self._ent_lex = LexicalIndex(self._lex_doc, self.config.index.lexical_stopwords)
+        self._ep_lex = LexicalIndex(self._lex_doc, self.config.index.lexical_stopwords)
 
     def _lex_doc(self, i: int) -> str:
         """A node's lexical document: its text; an episode's with its speaker, as it is embedded."""
@@ -231,8 +231,8 @@ class LiquidGraph:
         self._ep_index = VectorIndex(self.dim, self.config.index)
         self._ent_index.add(alive[kinds[alive] == KIND_ENTITY], self._emb)
         self._ep_index.add(alive[kinds[alive] == KIND_EPISODE], self._emb)
-        self._ent_lex = LexicalIndex(self._lex_doc)
-        self._ep_lex = LexicalIndex(self._lex_doc)
+        self._ent_lex = LexicalIndex(self._lex_doc, self.config.index.lexical_stopwords)
+        self._ep_lex = LexicalIndex(self._lex_doc, self.config.index.lexical_stopwords)
         if self.config.index.lexical:
             self._ent_lex.add(alive[kinds[alive] == KIND_ENTITY].tolist())
             self._ep_lex.add(alive[kinds[alive] == KIND_EPISODE].tolist())

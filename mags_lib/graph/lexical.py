@@ -9,9 +9,10 @@ does not tell apart ("Zbigniew", "Route 66") still finds the node that says it. 
   is embedded); it never changes after the node is made, so the index is a function of the set of
   alive nodes and is never saved: load, rollback, replay and compaction rebuild it
   (``LiquidGraph._rebuild_derived``) and get the same statistics, hence the same scores;
-* tokens: lower-cased words of two or more characters, ``bm25s``'s English stopwords removed,
-  Porter-stemmed (NLTK) -- the tokenisation of the LoCoMo benchmark's BM25 baseline
-  (:func:`mags_lib.bench.retrieval.tokenize`);
+* tokens: lower-cased words of two or more characters, English stopwords removed (``bm25s``'s
+  lists, ``IndexConfig.lexical_stopwords``: by default the 179-word one, so question words such as
+  "what" / "did" / "you" do not match every turn), Porter-stemmed (NLTK) -- with ``"en"`` the
+  tokenisation of the LoCoMo benchmark's BM25 baseline (:func:`mags_lib.bench.retrieval.tokenize`);
 * writes are cheap: a new row only joins a *pending* list; it is tokenised and posted on the next
   search (so a graph that is written and never searched never tokenises);
 * a removed row leaves its postings until a search reads that token's list and finds more dead
@@ -33,16 +34,26 @@ from functools import lru_cache
 
 import numpy as np
 
-__all__ = ["LexicalIndex", "text_tokens", "tokenize"]
+__all__ = ["STOPWORD_LISTS", "LexicalIndex", "text_tokens", "tokenize"]
 
 _WORD = re.compile(r"\b\w\w+\b")  # bm25s's default token pattern: words of two or more characters
 
 
-@lru_cache(maxsize=1)
-def _stopwords() -> frozenset:
-    from bm25s.stopwords import STOPWORDS_EN
+STOPWORD_LISTS = ("en", "en_plus", "none")
+"""``IndexConfig.lexical_stopwords``: ``"en"``, bm25s's 33 English stopwords (the LoCoMo BM25
+baseline's); ``"en_plus"``, bm25s's 179-word list (NLTK's English list: also "what", "did", "you",
+"my"...); ``"none"``."""
 
-    return frozenset(STOPWORDS_EN)
+
+@lru_cache(maxsize=4)
+def _stopwords(which: str = "en_plus") -> frozenset:
+    if which == "none":
+        return frozenset()
+    from bm25s.stopwords import STOPWORDS_EN, STOPWORDS_EN_PLUS
+
+    if which not in ("en", "en_plus"):
+        raise ValueError(f"stopwords must be one of {STOPWORD_LISTS}, got {which!r}")
+    return frozenset(STOPWORDS_EN if which == "en" else STOPWORDS_EN_PLUS)
 
 
 @lru_cache(maxsize=1)
@@ -57,20 +68,22 @@ def _stem(word: str) -> str:
     return _porter().stem(word)
 
 
-def tokenize(text: str) -> list[str]:
+def tokenize(text: str, stopwords: str = "en_plus") -> list[str]:
     """Lower-cased words of two or more characters, stopwords removed, Porter-stemmed.
 
-    >>> tokenize("Caroline's puppies were running in the park")
+    >>> tokenize("Caroline's puppies were running in the park", "en")
     ['carolin', 'puppi', 'were', 'run', 'park']
+    >>> tokenize("What did Caroline's puppies do?")
+    ['carolin', 'puppi']
     """
-    stop = _stopwords()
+    stop = _stopwords(stopwords)
     return [_stem(w) for w in _WORD.findall(str(text).lower()) if w not in stop]
 
 
 @lru_cache(maxsize=1 << 16)
-def text_tokens(text: str) -> tuple[str, ...]:
+def text_tokens(text: str, stopwords: str = "en_plus") -> tuple[str, ...]:
     """:func:`tokenize` of ``text``, cached (entity names and relations recur in every fact)."""
-    return tuple(tokenize(text))
+    return tuple(tokenize(text, stopwords))
 
 
 class LexicalIndex:
@@ -80,10 +93,14 @@ class LexicalIndex:
     ----------
     doc_text : callable
         ``row -> str``: the document of a row, read when the row is first tokenised.
+    stopwords : str
+        Which stopword list (:data:`STOPWORD_LISTS`).
     """
 
-    def __init__(self, doc_text: Callable[[int], str]):
+    def __init__(self, doc_text: Callable[[int], str], stopwords: str = "en_plus"):
+        _stopwords(stopwords)  # checks the name
         self._doc_text = doc_text
+        self.stopwords = stopwords
         self._vocab: dict[str, int] = {}
         self._rows: list[array] = []  # token id -> posted rows (ascending: rows only grow)
         self._tf: list[array] = []  # token id -> term frequency in each posted row
@@ -138,7 +155,7 @@ class LexicalIndex:
         self._ensure(rows[-1] + 1)
         vocab = self._vocab
         for r in rows:
-            toks = tokenize(self._doc_text(r))
+            toks = tokenize(self._doc_text(r), self.stopwords)
             counts: dict[int, int] = {}
             for w in toks:
                 t = vocab.get(w)
@@ -162,7 +179,7 @@ class LexicalIndex:
         """The distinct known token ids of ``query``, in order of first appearance."""
         self.flush()
         out: dict[int, None] = {}
-        for w in tokenize(query):
+        for w in tokenize(query, self.stopwords):
             t = self._vocab.get(w)
             if t is not None and self._df[t] > 0:
                 out[t] = None

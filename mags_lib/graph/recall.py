@@ -469,7 +469,8 @@ class _Relevance:
         self.share = np.zeros((len(queries), n))  # bm25 / the block's best, both blocks in one row
         self.top_cos = np.zeros(len(queries))
         self.top_ent = np.zeros(len(queries))  # the best entity's bm25 (a fact's bm25 is divided by it)
-        self.tokens = [tokenize(q) for q in queries]
+        self.stop = g.config.index.lexical_stopwords
+        self.tokens = [tokenize(q, self.stop) for q in queries]
         self.k1, self.b = cfg.bm25_k1, cfg.bm25_b
         blocks = [("ent", g._ent_lex)] + ([("ep", g._ep_lex)] if ep_hits is not None else [])
         for qi, q in enumerate(queries):
@@ -517,7 +518,8 @@ class _Relevance:
         if self.w == 0.0:
             return cos
         nd, ed = g.nodes, g.edges
-        docs = [text_tokens(nd.text[s]) + text_tokens(g._rel_text[r]) + text_tokens(nd.text[o])
+        stop = self.stop
+        docs = [text_tokens(nd.text[s], stop) + text_tokens(g._rel_text[r], stop) + text_tokens(nd.text[o], stop)
                 for s, r, o in zip(ed.src[edges].tolist(), ed.rel[edges].tolist(), ed.dst[edges].tolist())]
         raw = np.zeros(len(docs))
         for qi in np.unique(qs).tolist():
