@@ -340,9 +340,10 @@ def test_an_extra_embedder_that_is_not_installed_is_skipped(tiny, monkeypatch):
 def test_recall_variants_latency_and_summary(tiny):
     """Recall ablations run on the same memory; the recall alone is timed with the embedding given;
     the summary has per-conversation and held-out tables and the issue's targets."""
-    res = E.run_benchmark(tiny, _cfg(ks=(1, 5, 10), recall_variants=("legacy", "dense")), token_counter=len,
-                          progress=False)
+    res = E.run_benchmark(tiny, _cfg(ks=(1, 5, 10), recall_variants=("legacy", "dense"),
+                                     bm25_extra_stopwords=("en_plus",)), token_counter=len, progress=False)
     names = [d["retriever"] for d in res.recall_summary()]
+    assert names[:2] == ["bm25", "bm25 (en_plus stopwords)"]
     assert names[-3:] == ["mags (episodes only)", "mags (episodes only) [legacy]", "mags (episodes only) [dense]"]
     mags = [r for r in res.recall_rows if r["retriever"].startswith("mags")]
     assert all(r["recall_s_embedding_given"] > 0 for r in mags)
@@ -359,3 +360,8 @@ def test_recall_variants_latency_and_summary(tiny):
     assert json.dumps(s)
     with pytest.raises(ValueError, match="recall_variants"):
         _cfg(recall_variants=("bogus",))
+    with pytest.raises(ValueError, match="bm25_extra_stopwords"):
+        _cfg(bm25_extra_stopwords=("fr",))
+    from mags_lib.bench.retrieval import tokenize
+    assert tokenize("What did you adopt?", stopwords="en_plus") == ["adopt"]
+    assert tokenize("What did you adopt?") == ["what", "did", "you", "adopt"]

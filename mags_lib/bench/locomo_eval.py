@@ -7,8 +7,8 @@ Usage::
     python -m mags_lib.bench.locomo_eval --profile default --out results/try/70_locomo_benchmark
     # evidence recall only (no language model), MAGS over episodes with its recall ablations:
     python -m mags_lib.bench.locomo_eval --profile default --writes episodes --no-qa --tokens words \
-        --recall-variants legacy,dense,no-context,fixed-anchors --tuned-on conv-26,conv-30 \
-        --summary-json results/bench/locomo_recall_episodes.json
+        --recall-variants legacy,dense,no-context,fixed-anchors --bm25-extra-stopwords en_plus \
+        --tuned-on conv-26,conv-30 --summary-json results/bench/locomo_recall_episodes.json
 
 Notebook ``70_locomo_benchmark`` calls :func:`run_benchmark` and displays what it returns.
 
@@ -150,6 +150,7 @@ class LoCoMoBenchConfig:
     embedder: str = "minilm"  # embedder of the dense retriever and of MAGS ("minilm" | "hash" | "e5-small")
     extra_embedders: tuple[str, ...] = ()  # more dense-retriever rows (e.g. ("e5-small",)); never MAGS
     bm25: bool = True  # BM25 row
+    bm25_extra_stopwords: tuple[str, ...] = ()  # more BM25 rows with other stopword lists (e.g. ("en_plus",))
     hybrid: bool = True  # RRF(BM25 + dense) row
     rrf_k: int = 60  # reciprocal rank fusion constant
     rrf_depth: int = 100  # hits of each retriever fused
@@ -170,6 +171,9 @@ class LoCoMoBenchConfig:
         object.__setattr__(self, "mags_writes", tuple(self.mags_writes))
         object.__setattr__(self, "qa_systems", tuple(self.qa_systems))
         object.__setattr__(self, "recall_variants", tuple(self.recall_variants))
+        object.__setattr__(self, "bm25_extra_stopwords", tuple(self.bm25_extra_stopwords))
+        if set(self.bm25_extra_stopwords) - {"en_plus"}:
+            raise ValueError(f"bm25_extra_stopwords takes 'en_plus', got {list(self.bm25_extra_stopwords)}")
         bad = set(self.recall_variants) - set(RECALL_VARIANTS)
         if bad:
             raise ValueError(f"recall_variants takes {sorted(RECALL_VARIANTS)}, got {sorted(bad)}")
@@ -758,7 +762,7 @@ def run_benchmark(data: LoCoMo, config: LoCoMoBenchConfig, *, out_dir: str | Pat
                   f"questions ({len(qa_qs)} read), {time.perf_counter() - t_start:.0f} s so far", flush=True)
         # -- turn retrievers --------------------------------------------------------------------
         key = {**base_key, "unit": "turns", "dense": dense_names, "bm25": cfg.bm25, "hybrid": cfg.hybrid,
-               "rrf": [cfg.rrf_k, cfg.rrf_depth]}
+               "rrf": [cfg.rrf_k, cfg.rrf_depth], "bm25_extra": list(cfg.bm25_extra_stopwords)}
         unit = cache.get(f"{conv.sample_id}-turns", key)
         if unit is None:
             docs = turn_docs(conv)
@@ -766,6 +770,10 @@ def run_benchmark(data: LoCoMo, config: LoCoMoBenchConfig, *, out_dir: str | Pat
             bm25 = BM25Retriever().fit(docs) if (cfg.bm25 or cfg.hybrid) else None
             if cfg.bm25:
                 rows += evaluate_retriever(bm25, conv.questions, ks=cfg.ks, latency_k=cfg.latency_k,
+                                           token_counter=token_counter, before_timed=evict, extra={"embedder": None})
+            for sw in cfg.bm25_extra_stopwords:
+                other = BM25Retriever(stopwords=sw, name=f"bm25 ({sw} stopwords)").fit(docs)
+                rows += evaluate_retriever(other, conv.questions, ks=cfg.ks, latency_k=cfg.latency_k,
                                            token_counter=token_counter, before_timed=evict, extra={"embedder": None})
             for name in dense_names:
                 if name in unavailable:
@@ -875,6 +883,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--writes", default="episodes,model")
     p.add_argument("--recall-variants", default="",
                    help=f"comma-separated MAGS recall ablations on the same memory: {', '.join(RECALL_VARIANTS)}")
+    p.add_argument("--bm25-extra-stopwords", default="",
+                   help="more BM25 rows with other stopword lists: en_plus (the 179-word list MAGS's index uses)")
     p.add_argument("--no-qa", action="store_true", help="recall only: no reader (no language model is loaded)")
     p.add_argument("--tokens", choices=("model", "words"), default="model",
                    help="memory tokens counted with the answer model's tokenizer, or as whitespace words")
@@ -900,6 +910,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         over["extra_embedders"] = tuple(a.extra_embedders.split(","))
     if a.recall_variants:
         over["recall_variants"] = tuple(a.recall_variants.split(","))
+    if a.bm25_extra_stopwords:
+        over["bm25_extra_stopwords"] = tuple(a.bm25_extra_stopwords.split(","))
     if a.no_qa:
         over["qa_systems"] = ()
     if a.no_dynamics:
