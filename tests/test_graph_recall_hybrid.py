@@ -228,3 +228,11 @@ def test_recall_config_checks():
                 {"bm25_b": 2.0}, {"max_total_visits": 0}):
         with pytest.raises(ValueError, match=next(iter(bad))):
             RecallConfig(**bad)
+
+
+def test_recall_scale_bench_on_a_small_synthetic_memory():
+    from mags_lib.bench.recall_scale import measure_synthetic
+
+    out = measure_synthetic(300, queries=5, ks=(10,), variants=("legacy",), progress=lambda s: None)
+    assert set(out["latency_ms"]) == {"default k=10", "legacy k=10"}
+    assert all(v["p95"] > 0 for v in out["latency_ms"].values())

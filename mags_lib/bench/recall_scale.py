@@ -3,7 +3,7 @@
 Usage::
 
     python -m mags_lib.bench.recall_scale                    # 8 copies of the 5,882 turns: ~47k episodes
-    python -m mags_lib.bench.recall_scale --copies 2 --queries 100 --out /tmp/scale.json
+    python -m mags_lib.bench.recall_scale --copies 2 --queries 100 --synthetic 0 --out /tmp/scale.json
 
 The ten conversations' turns are embedded once with MiniLM (the LoCoMo benchmark's embedder); copy
 ``j > 0`` of a turn gets the text ``"<text> (copy j)"`` and the turn's vector plus a little noise
@@ -14,6 +14,11 @@ Queries are LoCoMo questions with their MiniLM embeddings given; each configurat
 recall and the ablations of :data:`~mags_lib.bench.locomo_eval.RECALL_VARIANTS`) is timed over the
 same queries after a warm-up, with ``touch`` and ``coactivation`` off (nothing changes between calls).
 Single-threaded BLAS, as the other benchmarks. Writes ``results/bench/locomo_recall_scale.json``.
+
+``--synthetic N`` (default 50,000; 0: skip) also times the same configurations on the graph
+benchmark's synthetic fact memory (:func:`mags_lib.bench.graph.build_synthetic`: ``N`` entities,
+~5 fact edges each, random 384-d vectors, its queries: a node's vector plus noise), where the
+anchors' traversal is what costs.
 """
 
 from __future__ import annotations
@@ -116,6 +121,44 @@ def measure(*, copies: int = 8, queries: int = 300, ks: Sequence[int] = (10, 25)
     return out
 
 
+def measure_synthetic(n: int, *, queries: int = 200, ks: Sequence[int] = (10, 25),
+                      variants: Sequence[str] = ("legacy", "dense", "no-context", "fixed-anchors"), seed: int = 0,
+                      progress=print) -> dict:
+    """Recall latency per configuration and k on ``build_synthetic(n)`` (query embeddings given)."""
+    from ..graph import RecallConfig
+    from .graph import _unit, build_synthetic
+    from .locomo_eval import RECALL_VARIANTS
+
+    g, _, vecs = build_synthetic(n, seed=seed)
+    rng = np.random.default_rng(seed + 1)
+    idx = rng.integers(0, n, queries)
+    Q = _unit(vecs[idx] + 0.3 * _unit(rng.standard_normal((queries, g.dim))))
+    texts = [f"what about entity {i}?" for i in idx.tolist()]  # "entity" is in every name: the longest postings
+    quiet = RecallConfig(touch=False, coactivation=False)
+    configs = {"default": quiet, **{v: dataclasses.replace(quiet, **RECALL_VARIANTS[v]) for v in variants}}
+    g.recall(texts[0], k=10, query_embeddings=Q[0])
+    out: dict = {"n_nodes": n, "n_edges": int((g.edges.alive & g.edges.valid).sum()), "queries": queries,
+                 "latency_ms": {}}
+    for name, cfg in configs.items():
+        for k in ks:
+            for i in range(5):
+                g.recall(texts[i], k=k, query_embeddings=Q[i], config=cfg)
+            gc.collect()
+            lat, hit = [], 0
+            for i in range(queries):
+                t = time.perf_counter()
+                r = g.recall(texts[i], k=k, query_embeddings=Q[i], config=cfg)
+                lat.append(time.perf_counter() - t)
+                hit += any(a.node == f"n{idx[i]}" for a in r.trace.anchors)
+            a = np.asarray(lat) * 1e3
+            out["latency_ms"][f"{name} k={k}"] = {"p50": float(np.percentile(a, 50)),
+                                                   "p95": float(np.percentile(a, 95)), "max": float(a.max()),
+                                                   "anchor_hit_rate": hit / queries}
+            progress(f"synthetic {n}: {name} k={k}: p50 {np.percentile(a, 50):.2f} ms, "
+                     f"p95 {np.percentile(a, 95):.2f} ms")
+    return out
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     from ..repro import atomic_write_text
 
@@ -123,13 +166,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--data", default=None, help="path of locomo10.json (default ../shared/data/locomo/)")
     p.add_argument("--copies", type=int, default=8)
     p.add_argument("--queries", type=int, default=300)
+    p.add_argument("--synthetic", type=int, default=50_000, help="nodes of the synthetic fact memory (0: skip)")
     p.add_argument("--out", default="results/bench/locomo_recall_scale.json")
     a = p.parse_args(argv)
     try:
         res = measure(copies=a.copies, queries=a.queries, data=a.data)
     except FileNotFoundError as e:
         print(f"skipped: {e}", file=sys.stderr)
-        return 0
+        res = {"skipped": str(e)}
+    if a.synthetic:
+        res["synthetic"] = measure_synthetic(a.synthetic)
     res["command"] = "python -m mags_lib.bench.recall_scale " + " ".join(sys.argv[1:] if argv is None else argv)
     res["date"] = time.strftime("%Y-%m-%d %H:%M")
     res["machine"] = f"{platform.machine()}, {os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f}"
