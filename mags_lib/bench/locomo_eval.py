@@ -5,6 +5,10 @@ Usage::
     python -m mags_lib.bench.locomo_eval --profile smoke            # one conversation, seconds
     python -m mags_lib.bench.locomo_eval --profile default          # all ten (see README for the cost)
     python -m mags_lib.bench.locomo_eval --profile default --out results/try/70_locomo_benchmark
+    # evidence recall only (no language model), MAGS over episodes with its recall ablations:
+    python -m mags_lib.bench.locomo_eval --profile default --writes episodes --no-qa --tokens words \
+        --recall-variants legacy,dense,no-context,fixed-anchors --bm25-extra-stopwords en_plus \
+        --tuned-on conv-26,conv-30 --summary-json results/bench/locomo_recall_episodes.json
 
 Notebook ``70_locomo_benchmark`` calls :func:`run_benchmark` and displays what it returns.
 
@@ -27,6 +31,9 @@ run resumes where it stopped):
    the text (``"Caroline: ..."``), exactly as the turn retrievers see it; when a ``speaker``
    argument exists the raw utterance and the speaker are passed separately (``speaker_mode`` in the
    rows says which). ``time`` is the session date as ISO 8601 text (``"2023-05-08T13:56"``);
+   ``recall_variants`` (:data:`RECALL_VARIANTS`) evaluate recall ablations on the same memory,
+   and every MAGS row also times the recall alone with the query embedding given
+   (``recall_s_embedding_given``);
 3. per question and retriever: evidence recall@k for each k (:func:`~.locomo.evidence_recall`;
    one search call per k, since a memory's top 5 need not be its top 10's prefix), the latency of
    the ``latency_k`` call, and the memory tokens of the top ``latency_k`` items formatted as the
@@ -51,6 +58,7 @@ import hashlib
 import inspect
 import json
 import math
+import os
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -76,17 +84,20 @@ from .retrieval import BM25Retriever, DenseRetriever, Doc, MAGSRetriever, RRFRet
 __all__ = [
     "PROFILES",
     "PUBLISHED",
+    "RECALL_VARIANTS",
     "BenchResult",
     "LoCoMoBenchConfig",
     "MemoryBuild",
     "alive_sources",
     "build_memory",
     "evaluate_retriever",
+    "mags_recall_latency",
     "map_cat5_reply",
     "memory_modes_available",
     "reader_question",
     "run_benchmark",
     "select_questions",
+    "summarise_by_conversation",
     "summarise_qa",
     "summarise_recall",
     "truncate_conversation",
@@ -102,6 +113,16 @@ PUBLISHED = {
     "issue13_recall10": {"bm25": 0.525, "dense-minilm": 0.421, "rrf": 0.541},
 }
 """Published reference numbers the notebook puts beside ours."""
+
+RECALL_VARIANTS: dict[str, dict[str, Any]] = {
+    # recall as before issue 13's fix: 4 anchors whatever k, cosine only, episodes on their own
+    "legacy": {"anchors_per_k": 0.0, "lexical_weight": 0.0, "episode_context": 0.0},
+    "dense": {"lexical_weight": 0.0},  # no BM25: anchors scale with k, episode context on
+    "no-context": {"episode_context": 0.0},  # hybrid anchors, each episode on its own
+    "fixed-anchors": {"anchors_per_k": 0.0},  # hybrid + context, but n_anchors whatever k
+}
+"""Ablations of MAGS recall (``RecallConfig`` overrides), each evaluated on the same memory as the
+default recall and labelled ``"mags (...) [<name>]"``."""
 
 CAT2_SUFFIX = " Use DATE of CONVERSATION to answer with an approximate date."
 CAT5_TEMPLATE = "{question} Select the correct answer: (a) {a} (b) {b}."
@@ -129,6 +150,7 @@ class LoCoMoBenchConfig:
     embedder: str = "minilm"  # embedder of the dense retriever and of MAGS ("minilm" | "hash" | "e5-small")
     extra_embedders: tuple[str, ...] = ()  # more dense-retriever rows (e.g. ("e5-small",)); never MAGS
     bm25: bool = True  # BM25 row
+    bm25_extra_stopwords: tuple[str, ...] = ()  # more BM25 rows with other stopword lists (e.g. ("en_plus",))
     hybrid: bool = True  # RRF(BM25 + dense) row
     rrf_k: int = 60  # reciprocal rank fusion constant
     rrf_depth: int = 100  # hits of each retriever fused
@@ -140,6 +162,7 @@ class LoCoMoBenchConfig:
     seed: int = 0  # question sampling, option order of adversarial questions, the models' seed
     n_threads: int = 0  # llama.cpp threads (0: the backend's default)
     mags_kwargs: dict = field(default_factory=dict)  # extra MAGSConfig fields for every MAGS built
+    recall_variants: tuple[str, ...] = ()  # RECALL_VARIANTS also evaluated on each MAGS memory (same memory)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "conversations", tuple(self.conversations))
@@ -147,6 +170,13 @@ class LoCoMoBenchConfig:
         object.__setattr__(self, "extra_embedders", tuple(self.extra_embedders))
         object.__setattr__(self, "mags_writes", tuple(self.mags_writes))
         object.__setattr__(self, "qa_systems", tuple(self.qa_systems))
+        object.__setattr__(self, "recall_variants", tuple(self.recall_variants))
+        object.__setattr__(self, "bm25_extra_stopwords", tuple(self.bm25_extra_stopwords))
+        if set(self.bm25_extra_stopwords) - {"en_plus"}:
+            raise ValueError(f"bm25_extra_stopwords takes 'en_plus', got {list(self.bm25_extra_stopwords)}")
+        bad = set(self.recall_variants) - set(RECALL_VARIANTS)
+        if bad:
+            raise ValueError(f"recall_variants takes {sorted(RECALL_VARIANTS)}, got {sorted(bad)}")
         if not self.ks or self.ks[0] < 1:
             raise ValueError(f"ks must be positive cut-offs, got {self.ks}")
         if self.latency_k < 1:
@@ -264,6 +294,18 @@ def evaluate_retriever(retriever: Any, questions: Sequence[Question], *, ks: Seq
         row.update(extra or {})
         rows.append(row)
     return rows
+
+
+def mags_recall_latency(mags: Any, questions: Sequence[Question], k: int = 10, config: Any = None) -> list[float]:
+    """Seconds of ``mags.graph.recall(question, k)`` per question with the query embedding given
+    (computed before the clock starts): the recall itself, without the embedder."""
+    out = []
+    for q in questions:
+        v = np.asarray(mags.embedder.encode([q.question]), dtype=np.float32)
+        t0 = time.perf_counter()
+        mags.graph.recall(q.question, k=k, query_embeddings=v, config=config)
+        out.append(time.perf_counter() - t0)
+    return out
 
 
 # ------------------------------------------------------------------------------------------------
@@ -471,6 +513,10 @@ def summarise_recall(rows: Sequence[dict], ks: Sequence[int] = (5, 10, 25)) -> l
                              "latency_p95_ms": float(np.percentile(lat, 95) * 1e3) if lat.size else None,
                              "memory_tokens_mean": float(np.mean(toks)) if toks else None,
                              "sources_per_item": _mean([r["sources_per_item"] for r in rs])}
+        given = np.array([r["recall_s_embedding_given"] for r in rs if r.get("recall_s_embedding_given") is not None])
+        if given.size:
+            d["recall_p50_ms_embedding_given"] = float(np.percentile(given, 50) * 1e3)
+            d["recall_p95_ms_embedding_given"] = float(np.percentile(given, 95) * 1e3)
         for k in ks:
             d[f"recall@{k}"] = _mean([r[f"recall@{k}"] for r in rs])
             for c in CATEGORIES:
@@ -481,6 +527,12 @@ def summarise_recall(rows: Sequence[dict], ks: Sequence[int] = (5, 10, 25)) -> l
                 d[key] = ", ".join(sorted(map(str, vals)))
         out.append(d)
     return out
+
+
+def summarise_by_conversation(rows: Sequence[dict], ks: Sequence[int] = (5, 10, 25)) -> dict[str, list[dict]]:
+    """:func:`summarise_recall` per conversation (``sample_id``), in the rows' order."""
+    return {sid: summarise_recall([r for r in rows if r["sample_id"] == sid], ks)
+            for sid in dict.fromkeys(r["sample_id"] for r in rows)}
 
 
 def summarise_qa(rows: Sequence[dict]) -> list[dict]:
@@ -710,7 +762,7 @@ def run_benchmark(data: LoCoMo, config: LoCoMoBenchConfig, *, out_dir: str | Pat
                   f"questions ({len(qa_qs)} read), {time.perf_counter() - t_start:.0f} s so far", flush=True)
         # -- turn retrievers --------------------------------------------------------------------
         key = {**base_key, "unit": "turns", "dense": dense_names, "bm25": cfg.bm25, "hybrid": cfg.hybrid,
-               "rrf": [cfg.rrf_k, cfg.rrf_depth]}
+               "rrf": [cfg.rrf_k, cfg.rrf_depth], "bm25_extra": list(cfg.bm25_extra_stopwords)}
         unit = cache.get(f"{conv.sample_id}-turns", key)
         if unit is None:
             docs = turn_docs(conv)
@@ -718,6 +770,10 @@ def run_benchmark(data: LoCoMo, config: LoCoMoBenchConfig, *, out_dir: str | Pat
             bm25 = BM25Retriever().fit(docs) if (cfg.bm25 or cfg.hybrid) else None
             if cfg.bm25:
                 rows += evaluate_retriever(bm25, conv.questions, ks=cfg.ks, latency_k=cfg.latency_k,
+                                           token_counter=token_counter, before_timed=evict, extra={"embedder": None})
+            for sw in cfg.bm25_extra_stopwords:
+                other = BM25Retriever(stopwords=sw, name=f"bm25 ({sw} stopwords)").fit(docs)
+                rows += evaluate_retriever(other, conv.questions, ks=cfg.ks, latency_k=cfg.latency_k,
                                            token_counter=token_counter, before_timed=evict, extra={"embedder": None})
             for name in dense_names:
                 if name in unavailable:
@@ -748,7 +804,7 @@ def run_benchmark(data: LoCoMo, config: LoCoMoBenchConfig, *, out_dir: str | Pat
             label = f"mags ({'write model' if write == 'model' else 'episodes only'})"
             key = {**base_key, "unit": "mags", "write": write, "embedder": cfg.embedder, "dynamics": cfg.dynamics,
                    "mags_kwargs": cfg.mags_kwargs, "seed": cfg.seed, "qa": [q.index for q in qa_qs],
-                   "graph_qa": "graph" in cfg.qa_systems}
+                   "graph_qa": "graph" in cfg.qa_systems, "recall_variants": list(cfg.recall_variants)}
             unit = cache.get(f"{conv.sample_id}-mags-{write}", key)
             if unit is None:
                 m = make_mags()
@@ -756,6 +812,18 @@ def run_benchmark(data: LoCoMo, config: LoCoMoBenchConfig, *, out_dir: str | Pat
                 extra = {"write": write, "speaker_mode": mb.speaker_mode, "embedder": cfg.embedder}
                 rows = evaluate_retriever(MAGSRetriever(m, name=label), conv.questions, ks=cfg.ks,
                                           latency_k=cfg.latency_k, token_counter=token_counter, before_timed=evict, extra=extra)
+                variants = [(label, None)]
+                for vname in cfg.recall_variants:
+                    vcfg = dataclasses.replace(m.graph.config.recall, **RECALL_VARIANTS[vname])
+                    variants.append((f"{label} [{vname}]", vcfg))
+                    rows += evaluate_retriever(MAGSRetriever(m, name=variants[-1][0], config=vcfg), conv.questions,
+                                               ks=cfg.ks, latency_k=cfg.latency_k, token_counter=token_counter,
+                                               before_timed=evict, extra={**extra, "recall_variant": vname})
+                for vlabel, vcfg in variants:  # the recall alone, query embedding given
+                    secs = iter(mags_recall_latency(m, conv.questions, cfg.latency_k, vcfg))
+                    for r in rows:
+                        if r["retriever"] == vlabel:
+                            r["recall_s_embedding_given"] = next(secs)
                 qrows = (answer_questions(m, qa_qs, system=f"graph: {label}", seed=cfg.seed, progress=progress,
                                           extra={"write": write}) if "graph" in cfg.qa_systems else [])
                 unit = {"rows": rows, "qa": qrows, "survival": mb.survival, "curve": mb.curve,
@@ -813,6 +881,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--conversations", default="", help="comma-separated sample ids (default: the profile's)")
     p.add_argument("--extra-embedders", default="", help="comma-separated, e.g. e5-small")
     p.add_argument("--writes", default="episodes,model")
+    p.add_argument("--recall-variants", default="",
+                   help=f"comma-separated MAGS recall ablations on the same memory: {', '.join(RECALL_VARIANTS)}")
+    p.add_argument("--bm25-extra-stopwords", default="",
+                   help="more BM25 rows with other stopword lists: en_plus (the 179-word list MAGS's index uses)")
+    p.add_argument("--no-qa", action="store_true", help="recall only: no reader (no language model is loaded)")
+    p.add_argument("--tokens", choices=("model", "words"), default="model",
+                   help="memory tokens counted with the answer model's tokenizer, or as whitespace words")
+    p.add_argument("--summary-json", default=None,
+                   help="also write recall@k per conversation and overall, per retriever, to this file")
+    p.add_argument("--tuned-on", default="",
+                   help="comma-separated conversations the recall settings were tuned on (recorded in the "
+                        "summary, which also averages the others: the held-out figure)")
+    p.add_argument("--no-dynamics", action="store_true",
+                   help="MAGS memories without maintenance (nothing decays or is pruned): recall over every turn")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=int, default=0)
     a = p.parse_args(argv)
@@ -826,19 +908,82 @@ def main(argv: Sequence[str] | None = None) -> int:
         over["conversations"] = tuple(a.conversations.split(","))
     if a.extra_embedders:
         over["extra_embedders"] = tuple(a.extra_embedders.split(","))
+    if a.recall_variants:
+        over["recall_variants"] = tuple(a.recall_variants.split(","))
+    if a.bm25_extra_stopwords:
+        over["bm25_extra_stopwords"] = tuple(a.bm25_extra_stopwords.split(","))
+    if a.no_qa:
+        over["qa_systems"] = ()
+    if a.no_dynamics:
+        over["dynamics"] = False
     cfg = LoCoMoBenchConfig.for_profile(a.profile, **over)
     out = Path(a.out) if a.out else run_dir(a.run_tag or a.profile, "70_locomo_benchmark")
-    res = run_benchmark(data, cfg, out_dir=out)
+    t0 = time.perf_counter()
+    res = run_benchmark(data, cfg, out_dir=out, token_counter=(lambda s: len(s.split())) if a.tokens == "words" else None)
     atomic_write_text(out / "metrics.json", json.dumps(res.metrics(), indent=1, default=str) + "\n")
     for d in res.recall_summary():
-        print(f"{d['retriever']:>32}  " + "  ".join(f"R@{k} {d[f'recall@{k}']:.3f}" for k in cfg.ks)
-              + f"  p95 {d['latency_p95_ms']:.1f} ms  tokens {d['memory_tokens_mean'] or 0:.0f}")
+        given = d.get("recall_p95_ms_embedding_given")
+        print(f"{d['retriever']:>44}  " + "  ".join(f"R@{k} {d[f'recall@{k}']:.3f}" for k in cfg.ks)
+              + f"  p95 {d['latency_p95_ms']:.1f} ms" + (f" ({given:.1f} ms embedding given)" if given else "")
+              + f"  tokens {d['memory_tokens_mean'] or 0:.0f}")
     for d in res.qa_summary():
         print(f"QA {d['system']:>40}  F1 {d['f1']:.3f}  n={d['n_questions']}")
     for s in res.skipped:
         print(f"skipped: {s}")
     print(f"wrote {out / 'metrics.json'}")
+    if a.summary_json:
+        summary = recall_summary_json(res, tuned_on=tuple(filter(None, a.tuned_on.split(","))),
+                                      command="python -m mags_lib.bench.locomo_eval " + " ".join(
+                                          sys.argv[1:] if argv is None else argv),
+                                      seconds=time.perf_counter() - t0)
+        Path(a.summary_json).parent.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(Path(a.summary_json), json.dumps(summary, indent=1, default=str) + "\n")
+        print(f"wrote {a.summary_json}")
     return 0
+
+
+def recall_summary_json(res: BenchResult, *, tuned_on: Sequence[str] = (), command: str = "",
+                        seconds: float | None = None) -> dict:
+    """Recall@k per conversation and overall (all, and the conversations not in ``tuned_on``), per
+    retriever, with latency, and whether MAGS meets issue 13's recall targets."""
+    import platform
+    import subprocess
+
+    ks = res.config.ks
+    keep = ("n_questions", *(f"recall@{k}" for k in ks), "latency_p50_ms", "latency_p95_ms",
+            "recall_p50_ms_embedding_given", "recall_p95_ms_embedding_given")
+
+    def table(rows: Sequence[dict]) -> dict:
+        return {d["retriever"]: {k: d[k] for k in keep if d.get(k) is not None} for d in summarise_recall(rows, ks)}
+
+    per_conv = {sid: table([r for r in res.recall_rows if r["sample_id"] == sid])
+                for sid in dict.fromkeys(r["sample_id"] for r in res.recall_rows)}
+    held = [r for r in res.recall_rows if r["sample_id"] not in set(tuned_on)]
+    overall = table(res.recall_rows)
+    try:
+        commit = subprocess.run(["git", "rev-parse", "HEAD"], check=False, capture_output=True, text=True,
+                                cwd=Path(__file__).resolve().parents[2]).stdout.strip() or None
+    except OSError:
+        commit = None
+    out: dict[str, Any] = {
+        "command": command, "git_commit": commit, "date": time.strftime("%Y-%m-%d %H:%M"),
+        "machine": f"{platform.machine()}, {os.cpu_count()} cores", "seconds": seconds,
+        "config": res.config.to_dict(), "tuned_on": list(tuned_on),
+        "metric": "evidence recall@k: share of a question's evidence dia_ids among the sources of the top k",
+        "overall": overall, "held_out": table(held) if tuned_on else None, "per_conversation": per_conv,
+        "published": _jsonable(PUBLISHED), "recall_variants": {k: RECALL_VARIANTS[k] for k in res.config.recall_variants},
+    }
+    dense = f"dense-{res.config.embedder}"
+    mags = next((n for n in overall if n.startswith("mags (episodes only)") and "[" not in n), None)
+    if mags and dense in overall and 10 in ks:
+        worse = [sid for sid, t in per_conv.items() if mags in t and dense in t
+                 and t[mags]["recall@10"] < t[dense]["recall@10"]]
+        out["targets"] = {
+            "mags_recall@10_ge_dense_on_every_conversation": not worse, "conversations_below_dense": worse,
+            "mags_recall@10_overall": overall[mags]["recall@10"], "target_recall@10": 0.75,
+            "mags_recall_p95_ms_embedding_given": overall[mags].get("recall_p95_ms_embedding_given"),
+            "target_p95_ms": 50.0}
+    return out
 
 
 if __name__ == "__main__":

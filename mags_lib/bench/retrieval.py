@@ -49,11 +49,11 @@ class Hit:
 _WORD = re.compile(r"\b\w\w+\b")  # bm25s's default token pattern: words of two or more characters
 
 
-@lru_cache(maxsize=1)
-def _stopwords() -> frozenset:
-    from bm25s.stopwords import STOPWORDS_EN
+@lru_cache(maxsize=2)
+def _stopwords(which: str = "en") -> frozenset:
+    from bm25s.stopwords import STOPWORDS_EN, STOPWORDS_EN_PLUS
 
-    return frozenset(STOPWORDS_EN)
+    return frozenset(STOPWORDS_EN_PLUS if which == "en_plus" else STOPWORDS_EN)
 
 
 @lru_cache(maxsize=1 << 16)
@@ -63,16 +63,16 @@ def _stem(word: str) -> str:
     return _stemmer().stem(word)
 
 
-def tokenize(text: str, *, stopwords: bool = True, stem: bool = True) -> list[str]:
-    """Lower-cased words of two or more characters, English stopwords (``bm25s``'s list) removed,
-    Porter-stemmed.
+def tokenize(text: str, *, stopwords: bool | str = True, stem: bool = True) -> list[str]:
+    """Lower-cased words of two or more characters, English stopwords (``bm25s``'s list: ``True`` or
+    ``"en"``, 33 words; ``"en_plus"``, its 179-word list) removed, Porter-stemmed.
 
     >>> tokenize("Caroline's puppies were running in the park")
     ['carolin', 'puppi', 'were', 'run', 'park']
     """
     words = _WORD.findall(str(text).lower())
     if stopwords:
-        stop = _stopwords()
+        stop = _stopwords("en_plus" if stopwords == "en_plus" else "en")
         words = [w for w in words if w not in stop]
     return [_stem(w) for w in words] if stem else words
 
@@ -84,16 +84,23 @@ class BM25Retriever:
     ----------
     k1, b : float
         BM25's term-frequency saturation and length normalisation.
-    stopwords, stem : bool
-        Tokenisation switches (see :func:`tokenize`).
+    stopwords : bool or str
+        ``True`` / ``"en"``, ``"en_plus"`` or ``False`` (see :func:`tokenize`).
+    stem : bool
+        Porter stems (see :func:`tokenize`).
     """
 
     name = "bm25"
 
-    def __init__(self, k1: float = 1.5, b: float = 0.75, *, stopwords: bool = True, stem: bool = True):
+    def __init__(self, k1: float = 1.5, b: float = 0.75, *, stopwords: bool | str = True, stem: bool = True,
+                 name: str | None = None):
         if k1 <= 0 or not 0.0 <= b <= 1.0:
             raise ValueError(f"need k1 > 0 and 0 <= b <= 1, got k1={k1}, b={b}")
+        if stopwords not in (True, False, "en", "en_plus"):
+            raise ValueError(f"stopwords must be True, False, 'en' or 'en_plus', got {stopwords!r}")
         self.k1, self.b, self.stopwords, self.stem = float(k1), float(b), stopwords, stem
+        if name is not None:
+            self.name = name
         self._docs: list[Doc] = []
         self._model: Any = None
 
@@ -225,19 +232,26 @@ class RRFRetriever:
 class MAGSRetriever:
     """MAGS recall (``m.recall(query, k)``) as a retriever; the memory is built beforehand.
 
+    ``config``: a :class:`~mags_lib.graph.RecallConfig` to recall with instead (an ablation; the
+    graph's ``recall`` is called directly).
+
     ``fit`` is not supported: how the memory is built (the write model, or episodes only) is the
     caller's choice and part of the row's label (see :func:`mags_lib.bench.locomo_eval.build_memory`).
     """
 
-    def __init__(self, mags: Any, name: str = "mags"):
-        self.mags, self.name = mags, name
+    def __init__(self, mags: Any, name: str = "mags", config: Any = None):
+        self.mags, self.name, self.config = mags, name, config
 
     def fit(self, docs: Sequence[Doc]) -> MAGSRetriever:
         raise TypeError("MAGSRetriever searches a memory built by observing the conversation; build it with "
                         "mags_lib.bench.locomo_eval.build_memory")
 
     def search(self, query: str, k: int) -> list[Hit]:
-        return [Hit(it.text, float(it.score), tuple(it.sources)) for it in self.mags.recall(query, k=int(k))]
+        if self.config is None:
+            items = self.mags.recall(query, k=int(k))
+        else:  # a recall ablation (a RecallConfig) on the same memory
+            items = self.mags.graph.recall(query, k=int(k), config=self.config).items
+        return [Hit(it.text, float(it.score), tuple(it.sources)) for it in items]
 
 
 # ------------------------------------------------------------------------------------------------

@@ -193,6 +193,10 @@ class IndexConfig:
     expansion_resolve: int = 32  # HNSW ef for engram's entity resolution (near duplicates are easy to find)
     dtype: str = "i8"  # HNSW vector storage: "i8" (quantised), "f16" or "f32"; results are re-scored exactly
     threads: int = 0  # threads for batch add/search (0: all cores; 1: reproducible HNSW inserts)
+    lexical: bool = True  # keep a BM25 index of node texts per block (mags_lib.graph.lexical) for hybrid
+    # recall (RecallConfig.lexical_weight); off: no index is kept and recall ranks by cosine alone
+    lexical_stopwords: str = "en_plus"  # words the lexical index ignores: "en_plus" (179 English words, question
+    # words included), "en" (33, the LoCoMo BM25 baseline's) or "none"
 
     def __post_init__(self) -> None:
         coerce_fields(self)
@@ -207,6 +211,8 @@ class IndexConfig:
             raise ValueError(f"flush_size must be >= 1, got {self.flush_size}")
         if self.threads < 0:
             raise ValueError(f"threads must be >= 0, got {self.threads}")
+        if self.lexical_stopwords not in ("en", "en_plus", "none"):
+            raise ValueError(f"lexical_stopwords must be 'en', 'en_plus' or 'none', got {self.lexical_stopwords!r}")
 
 
 @dataclass(frozen=True)
@@ -327,8 +333,21 @@ class EngramConfig:
 class RecallConfig:
     """Recall (read) step: anchors, coverage, traversal, scoring."""
 
-    n_anchors: int = 4  # anchors chosen per query
-    overquery: int = 4  # candidates = overquery * n_anchors nearest nodes per query
+    n_anchors: int = 4  # anchors chosen per query at least ...
+    anchors_per_k: float = 1.0  # ... and ceil(anchors_per_k * k) when more, so k items can be found even when
+    # anchors have no edges (a memory of episodes); 0: always n_anchors (the fixed count, the ablation)
+    overquery: int = 4  # candidates = overquery * anchors, per block (entities, episodes) and query
+    lexical_weight: float = 0.5  # hybrid anchors and relevance: a node's score for a query is
+    # (1 - w) * cosine + w * top_cosine * bm25 / top_bm25 (top_cosine: the query's best candidate cosine;
+    # top_bm25: the best BM25 score in the node's block; a fact: its subject + relation + object text), so
+    # a rare name the embedder misses still anchors; a block's candidates are its cosine and BM25 top
+    # lists united; 0: cosine alone (the ablation; also when IndexConfig.lexical is off)
+    bm25_k1: float = 1.2  # BM25 term-frequency saturation of the lexical score
+    bm25_b: float = 0.5  # BM25 document-length normalisation of the lexical score
+    episode_context: float = 0.5  # an episode's relevance is max(own, (1 - c) * own + c * near), near the
+    # better of its neighbours' (the episodes observed just before and after it: the question a reply
+    # answers, the reply to a question): lifted by its context, never lowered; the candidates' neighbours
+    # join the candidates; 0: each episode on its own (the ablation)
     coverage_weight: float = 0.5  # 0: pure similarity; 1: anchor gain fully scaled by new coverage
     min_anchor_similarity: float = 0.0  # candidates below this cosine are never anchors
     traversal: str = "bfs"  # "bfs" or "dfs"
@@ -337,7 +356,9 @@ class RecallConfig:
     max_branch: int = 8  # edges followed out of one node (the best by branch_query_weight's order)
     branch_query_weight: float = 0.7  # a node with more than max_branch edges to follow: follow those with
     # the best (1 - w) * strength + w * cos(query, e_relation + e_neighbour); 0: the strongest (ablation)
-    max_visits: int = 64  # edges expanded per anchor (latency bound)
+    max_visits: int = 64  # edges expanded per anchor (latency bound) ...
+    max_total_visits: int = 256  # ... and at most this many per query, shared evenly by its anchors (the bound
+    # when anchors scale with k: 4 anchors expand 64 edges each, 25 anchors 10 each)
     direction: str = "both"  # follow edges "out" of a node only, or "both" ways
     relevance_weight: float = 0.7  # score = ((1-w) * anchor_sim * path + w * relevance) * (1 + confidence) / 2
     include_episodes: bool = True  # episodes can be anchors and results
@@ -356,13 +377,19 @@ class RecallConfig:
             raise ValueError(f"n_anchors must be >= 1, got {self.n_anchors}")
         if self.overquery < 1:
             raise ValueError(f"overquery must be >= 1, got {self.overquery}")
+        if not math.isfinite(self.anchors_per_k) or self.anchors_per_k < 0:
+            raise ValueError(f"anchors_per_k must be >= 0, got {self.anchors_per_k}")
+        _check_unit("lexical_weight", self.lexical_weight)
+        _check_unit("episode_context", self.episode_context)
+        _check_pos("bm25_k1", self.bm25_k1)
+        _check_unit("bm25_b", self.bm25_b)
         _check_unit("coverage_weight", self.coverage_weight)
         if not -1.0 <= self.min_anchor_similarity <= 1.0:
             raise ValueError(f"min_anchor_similarity must be in [-1, 1], got {self.min_anchor_similarity}")
         if self.traversal not in ("bfs", "dfs"):
             raise ValueError(f"traversal must be 'bfs' or 'dfs', got {self.traversal!r}")
         _check_unit("min_path_strength", self.min_path_strength, open_low=True)
-        for name in ("max_depth", "max_branch", "max_visits"):
+        for name in ("max_depth", "max_branch", "max_visits", "max_total_visits"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.direction not in ("out", "both"):

@@ -53,6 +53,7 @@ import numpy as np
 
 from .config import GraphConfig, RecallConfig
 from .index import VectorIndex
+from .lexical import LexicalIndex
 from .model import EngramReport, GraphDiff, MaintainReport, Recall, RecallItem
 from .store import (
     EDGE_ARRAYS,
@@ -123,8 +124,8 @@ class LiquidGraph:
     >>> g = LiquidGraph(HashEmbedder(dim=64))
     >>> ep = g.add_episode("Blorps eat frozen lemons.", source="D1:3")
     >>> rep = g.engram([("blorps", "eat", "frozen lemons")], episode=ep)
-    >>> g.recall("what do blorps eat", k=1).items[0].text
-    'blorps eat frozen lemons'
+    >>> [it.text for it in g.recall("what do blorps eat", k=2).items]
+    ['Blorps eat frozen lemons.', 'blorps eat frozen lemons']
     """
 
     def __init__(self, embedder, config: GraphConfig | None = None, seed: int | None = None):
@@ -162,6 +163,13 @@ class LiquidGraph:
         self.G = nx.MultiDiGraph()
         self._ent_index = VectorIndex(self.dim, self.config.index)
         self._ep_index = VectorIndex(self.dim, self.config.index)
+        self._ent_lex = LexicalIndex(self._lex_doc, self.config.index.lexical_stopwords)
+        self._ep_lex = LexicalIndex(self._lex_doc, self.config.index.lexical_stopwords)
+
+    def _lex_doc(self, i: int) -> str:
+        """A node's lexical document: its text; an episode's with its speaker, as it is embedded."""
+        sp = self.nodes.meta[i].get("speaker")
+        return self.nodes.text[i] if sp is None else f"{sp}: {self.nodes.text[i]}"
 
     def _state(self, share: bool = False) -> dict:
         """The whole state. ``share=True`` (snapshots, checkpoints): the embedding rows and the list
@@ -223,6 +231,11 @@ class LiquidGraph:
         self._ep_index = VectorIndex(self.dim, self.config.index)
         self._ent_index.add(alive[kinds[alive] == KIND_ENTITY], self._emb)
         self._ep_index.add(alive[kinds[alive] == KIND_EPISODE], self._emb)
+        self._ent_lex = LexicalIndex(self._lex_doc, self.config.index.lexical_stopwords)
+        self._ep_lex = LexicalIndex(self._lex_doc, self.config.index.lexical_stopwords)
+        if self.config.index.lexical:
+            self._ent_lex.add(alive[kinds[alive] == KIND_ENTITY].tolist())
+            self._ep_lex.add(alive[kinds[alive] == KIND_EPISODE].tolist())
 
     # ------------------------------------------------------------------------------------------
     # ids (stable) and rows (internal: renumbered by compact())
@@ -313,6 +326,8 @@ class LiquidGraph:
                 self._ent_index.add(np.array([i]), self._emb)
         elif index:
             self._ep_index.add(np.array([i]), self._emb)
+        if self.config.index.lexical:  # tokenised at the next search (the speaker is set by then)
+            (self._ent_lex if kind == KIND_ENTITY else self._ep_lex).add((i,))
         return i
 
     def _add_edge(self, s: int, o: int, rel: int, kind: int, strength: float, confidence: float,
@@ -385,6 +400,8 @@ class LiquidGraph:
                     del self._entity_key[key]
         self._ent_index.remove(idxs)
         self._ep_index.remove(idxs)
+        self._ent_lex.remove(idxs.tolist())
+        self._ep_lex.remove(idxs.tolist())
         if self._coact:
             dead = set(idxs.tolist())
             self._coact = [p for p in self._coact if p[0] not in dead and p[1] not in dead]
