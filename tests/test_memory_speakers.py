@@ -7,6 +7,7 @@ from __future__ import annotations
 import datetime as dt
 
 import pytest
+from fakes import TableBackend
 
 from mags_lib import MAGS
 from mags_lib import protocol as P
@@ -17,35 +18,8 @@ from mags_lib.graph.values import clean_time, parse_session_date
 EMB = HashEmbedder(dim=64)
 
 
-class Writer:
-    """Write model scripted per input; the reader echoes."""
-
-    name = "scripted"
-    supports_grammar = True
-
-    def __init__(self, table):
-        self.table, self.prompts = table, []
-
-    def generate(self, prompts, **kw):
-        from mags_lib.backends.base import Generation
-
-        out = []
-        for p in prompts:
-            self.prompts.append(p)
-            c = p[-1]["content"]
-            text = next((P.writes_to_text(v) for k, v in self.table.items() if k in c), "")
-            out.append(Generation(text=text, n_prompt_tokens=1, n_new_tokens=1, seconds=0.0))
-        return out
-
-    def count_tokens(self, text):
-        return len(text.split())
-
-    def close(self):
-        pass
-
-
 def agent(table, **cfg):
-    w = Writer(table)
+    w = TableBackend({k: P.writes_to_text(v) for k, v in table.items()})
     return MAGS(MAGSConfig(embedder="hash", maintain_every=0, **cfg), embedder=EMB,
                 backends={r: w for r in ("ask", "write", "answer", "router")}), w
 
@@ -94,7 +68,7 @@ def test_the_reader_sees_date_and_speaker_of_every_recalled_item():
     a = m.ask("What do blorps eat?")
     assert "(2023-05-08) Blorps eat frozen lemons" in a.facts
     assert "(2023-05-08) Caroline: Blorps eat only frozen lemons." in a.facts
-    assert w.prompts[-1] == m.prompt_spec("answer").messages("What do blorps eat?", facts=a.facts)
+    assert w.calls[-1]["prompt"] == m.prompt_spec("answer").messages("What do blorps eat?", facts=a.facts)
 
 
 def test_format_item_is_the_protocol_form():

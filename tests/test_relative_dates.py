@@ -9,6 +9,7 @@ import json
 from pathlib import Path
 
 import pytest
+from fakes import TableBackend
 
 from mags_lib import MAGS
 from mags_lib import protocol as P
@@ -179,31 +180,6 @@ def test_annotation_and_field_resolution():
 
 # ------------------------------------------------------------------------------------------------
 # the agent: what the reader sees, what the graph stores
-class Scripted:
-    """Write model scripted per input; the reader echoes."""
-
-    name = "scripted"
-    supports_grammar = True
-
-    def __init__(self, table):
-        self.table, self.prompts = table, []
-
-    def generate(self, prompts, **kw):
-        from mags_lib.backends.base import Generation
-
-        out = []
-        for p in prompts:
-            self.prompts.append(p)
-            c = p[-1]["content"]
-            text = next((P.writes_to_text(v) for k, v in self.table.items() if k in c), "")
-            out.append(Generation(text=text, n_prompt_tokens=1, n_new_tokens=1, seconds=0.0))
-        return out
-
-    def count_tokens(self, text):
-        return len(text.split())
-
-    def close(self):
-        pass
 
 
 SAID = "I went to a LGBTQ support group yesterday and it was so powerful."
@@ -215,7 +191,7 @@ MAY_8 = "1:56 pm on 8 May, 2023"
 
 
 def agent(**cfg):
-    w = Scripted(WRITES)
+    w = TableBackend({k: P.writes_to_text(v) for k, v in WRITES.items()})
     return MAGS(MAGSConfig(embedder="hash", maintain_every=0, **cfg), embedder=EMB,
                 backends={r: w for r in ("ask", "write", "answer", "router")}), w
 
@@ -226,7 +202,7 @@ def test_the_reader_sees_the_relative_date_resolved_and_the_stored_text_is_uncha
     a = m.ask("When did Caroline go to the LGBTQ support group?")
     assert ("(2023-05-08) Caroline: I went to a LGBTQ support group yesterday [7 May 2023] and it was so "
             "powerful.") in a.facts
-    assert w.prompts[-1] == m.prompt_spec("answer").messages(a.question, facts=a.facts)  # what the reader got
+    assert w.calls[-1]["prompt"] == m.prompt_spec("answer").messages(a.question, facts=a.facts)  # what the reader got
     assert m.graph.episodes()[0]["text"] == SAID  # the annotation lives in the rendering, not in the memory
     assert m.graph.oplog[0]["text"] == SAID
     # the same in the baselines that show raw turns
