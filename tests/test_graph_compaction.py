@@ -23,7 +23,7 @@ from mags_lib.graph.core import _state_differences
 
 EMB = HashEmbedder(dim=64)
 # any node idle for 2 ticks and not the end of a valid fact goes; compaction only when asked
-CFG = GraphConfig(dynamics=DynamicsConfig(inactive_ticks=2, inactive_max_degree=100),
+CFG = GraphConfig(dynamics=DynamicsConfig(inactive_ticks=2, inactive_max_degree=100, keep_unconsolidated=False),
                   limits=LimitsConfig(compact_dead_share=None))
 QUERIES = ["Mira", "Mira lives in", "Oslo", ["filler 3", "Tarn"], "Tarn likes tea", "filler 77", ["Sola", "kite"]]
 

@@ -337,8 +337,10 @@ def test_prune_keeps_the_last_evidence_of_a_valid_fact():
     # Four idle episodes without edges (episode links off): A and B both said fact F1, C alone said
     # F2, D said nothing. At tick 60 all four are inactive. One of A/B (the first, A) stays for F1,
     # C stays for F2, D goes; once F2 is forgotten, C goes too. The fact ends stay while F1 and F2
-    # are valid (the inactive rule no longer removes them).
-    cfg = GraphConfig(engram=EngramConfig(gat=False, link_episodes=False))
+    # are valid (the inactive rule no longer removes them). (D, which said nothing, stays by default:
+    # keep_unconsolidated, tested below; off here to see the evidence rule alone.)
+    cfg = GraphConfig(engram=EngramConfig(gat=False, link_episodes=False),
+                      dynamics=DynamicsConfig(keep_unconsolidated=False))
     g = LiquidGraph(TableEmbedder({}, dim=64), config=cfg)
     a, b, c, d = (g.add_episode(t, source=f"S{i}") for i, t in enumerate(["A", "B", "C", "D"]))
     f1 = g.engram([("alice", "owns", "kite")], episode=a).new_edges[0]
@@ -356,13 +358,44 @@ def test_prune_keeps_the_last_evidence_of_a_valid_fact():
     assert g.find("bob") is None and g.find("alice") is not None
     assert g.edge(f1)["valid"] and g.nodes.alive[int(a[2:])]
     # keep_evidence off: every idle episode and every idle fact end goes
-    g2 = LiquidGraph(TableEmbedder({}, dim=64), config=replace(cfg, dynamics=DynamicsConfig(keep_evidence=False)))
+    g2 = LiquidGraph(TableEmbedder({}, dim=64), config=replace(cfg, dynamics=DynamicsConfig(
+        keep_evidence=False, keep_unconsolidated=False)))
     eps = [g2.add_episode(t, source=f"S{i}") for i, t in enumerate(["A", "C"])]
     g2.engram([("alice", "owns", "kite")], episode=eps[0])
     g2.engram([("bob", "owns", "drum")], episode=eps[1])
     g2.tick = 60
     g2.maintain(steps=["prune"])
     assert g2.stats()["n_nodes"] == 0
+
+
+def test_prune_keeps_episodes_no_fact_was_drawn_from(tmp_path):
+    # A said a fact, B said nothing the write model kept (chit-chat, or a memory of episodes only),
+    # C's fact was forgotten. At tick 60 all three are idle: A stays as evidence, B stays as the only
+    # record of what was said, C goes with its fact. Capacity still removes B; the ablation prunes it.
+    cfg = GraphConfig(engram=EngramConfig(gat=False, link_episodes=False))
+    g = LiquidGraph(TableEmbedder({}, dim=64), config=cfg)
+    a, b, c = (g.add_episode(t, source=f"S{i}") for i, t in enumerate(["A", "B", "C"]))
+    g.engram([("alice", "owns", "kite")], episode=a)
+    assert g.engram([], episode=b).new_edges == []
+    g.forget(g.engram([("bob", "owns", "drum")], episode=c).new_edges)
+    g2 = g.with_config(replace(cfg, dynamics=DynamicsConfig(keep_unconsolidated=False)))
+    g3 = g.with_config(replace(cfg, dynamics=DynamicsConfig(max_nodes=2)))
+    path = tmp_path / "m"
+    g.save(path)
+    g4 = LiquidGraph.load(path, embedder=TableEmbedder({}, dim=64))
+    reps = []
+    for x in (g, g2, g3, g4):
+        x.tick = 60
+        reps.append(x.maintain(steps=["prune"]).steps["prune"])
+
+    def alive(x):
+        live = {e["id"] for e in x.episodes()}
+        return [ep in live for ep in (a, b, c)]
+
+    assert alive(g) == [True, True, False] and reps[0]["unconsolidated_kept"] == 1
+    assert alive(g4) == [True, True, False]  # the mark is saved with the episode
+    assert alive(g2) == [True, False, False]
+    assert alive(g3) == [True, False, False] and g3.stats()["n_nodes"] == 2
 
 
 def test_prune_capacity_keeps_the_last_evidence():

@@ -151,7 +151,7 @@ QUERIES = ["What does Gina's store sell?", "Jon's dance studio", "Biscuit the do
 def _memory():
     """Episodes with speakers and facts, recalls that touch, maintenance that prunes idle episodes
     (so the live lexical index holds dead postings), then more turns."""
-    dyn = DynamicsConfig(inactive_ticks=2, keep_evidence=False)
+    dyn = DynamicsConfig(inactive_ticks=2, keep_evidence=False, keep_unconsolidated=False)
     g = LiquidGraph(HashEmbedder(dim=128), config=GraphConfig(dynamics=dyn), seed=0)
     turns = [("Jon", "I lost my job as a banker last week."),
              ("Gina", "I just opened an online clothing store."),

@@ -199,7 +199,7 @@ def test_run_benchmark_without_models(tiny, tmp_path):
 def test_survival_sees_pruned_episodes(tiny):
     from mags_lib.graph import DynamicsConfig, GraphConfig
 
-    forgetful = GraphConfig(dynamics=DynamicsConfig(inactive_ticks=0))  # every idle episode dies at each tick
+    forgetful = GraphConfig(dynamics=DynamicsConfig(inactive_ticks=0, keep_unconsolidated=False))  # idle episodes die
     res = E.run_benchmark(tiny, _cfg(mags_kwargs={"graph": forgetful, "maintain_every": 2}, bm25=False,
                                      hybrid=False), token_counter=len, progress=False)
     alive = {r["dia_id"]: r["alive"] for r in res.survival_rows}

@@ -46,7 +46,10 @@ Rules (``s`` = edge strength, every rate from :class:`~mags_lib.graph.config.Dyn
   important / weakest first). Permanent nodes and edges are never pruned. With ``keep_evidence``
   the ends of a valid fact are never pruned as inactive (the fact goes by its own strength, then its
   ends as isolated), and an episode is never pruned (inactive or over capacity) while it is the last
-  live episode in the provenance of a valid fact.
+  live episode in the provenance of a valid fact. With ``keep_unconsolidated`` an episode from which
+  no fact was ever drawn (a memory of episodes only, a turn the write model found nothing in) is never
+  pruned as inactive: it is the only record of what was said, and only the capacity limit removes it;
+  once facts were drawn from it, it goes with them.
 """
 
 from __future__ import annotations
@@ -538,6 +541,12 @@ def prune(g, cfg=None) -> dict:
         kept = g._evidence_to_keep(eps) if eps.size else eps
         inactive[kept] = False
         evidence = int(kept.size)
+    unconsolidated = 0
+    if cfg.keep_unconsolidated:
+        eps = np.flatnonzero(inactive & (nd.kind == KIND_EPISODE))
+        raw = eps[[not nd.meta[i].get("consolidated") for i in eps.tolist()]] if eps.size else eps
+        inactive[raw] = False
+        unconsolidated = int(raw.size)
     isolated = free & (nd.kind == KIND_ENTITY) & (deg == 0) & ((g.tick - nd.created) >= cfg.isolated_grace)
     n_inactive = int(inactive.sum())
     n_isolated = int((isolated & ~inactive).sum())
@@ -561,7 +570,8 @@ def prune(g, cfg=None) -> dict:
             order = np.lexsort((cand, ed.last_used[cand], ed.strength[cand]))
             cap_edges = g._kill_edges(cand[order[:excess]])
     return {"weak_edges": n_weak, "salient_kept": n_kept, "inactive_nodes": n_inactive,
-            "isolated_nodes": n_isolated, "evidence_kept": evidence, "capacity_nodes": cap_nodes,
+            "isolated_nodes": n_isolated, "evidence_kept": evidence, "unconsolidated_kept": unconsolidated,
+            "capacity_nodes": cap_nodes,
             "capacity_edges": cap_edges}
 
 

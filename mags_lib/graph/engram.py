@@ -285,6 +285,9 @@ def engram(g, triplets, *, episode: str | None = None, source: str | None = None
                 for i in (si, oi, int(ed.dst[rivals[0]])):
                     nd.surprise[i] = max(nd.surprise[i], cfg.conflict_surprise)
     # -- episode links --------------------------------------------------------------------
+    if ep_idx is not None and (rep.new_edges or rep.reinforced_edges or rep.rejected_edges) \
+            and not nd.meta[ep_idx].get("consolidated"):
+        nd.meta[ep_idx] = {**nd.meta[ep_idx], "consolidated": True}  # replaced, never mutated (snapshots share it)
     if ep_idx is not None and cfg.link_episodes:
         for i in touched:
             if g._find_edge(ep_idx, i, mention_rel, EDGE_MENTION) is None:
