@@ -72,6 +72,7 @@ import io
 import itertools
 import json
 import os
+import platform
 import re
 import sys
 import threading
@@ -1176,6 +1177,7 @@ def _run_jobs(jobs, all_nbs, matrices, specs, state, state_path, run_dir, result
         out_dir.mkdir(parents=True, exist_ok=True)
         rec = {"status": "running", "notebook": nb.name, "parameters": job.params,
                "input_hash": key_for(None), "started_at": _now(),
+               "runner": {"pid": os.getpid(), "host": platform.node()},  # a report tells a dead run from a live one
                "output": str(out_nb.relative_to(results_root))}
         if job.point:
             rec["matrix"] = job.point

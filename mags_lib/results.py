@@ -459,6 +459,9 @@ def collect(run_tag: str, results_root: Path | str | None = None, notebooks_dir:
                 rec_rows += [{"stage": stage, **r} for r in doc["records"]]
         elif stage in NO_METRICS and (pr.get("status") == "done" or (run / stage / "meta.json").exists()):
             row.update(status="no metrics", reason=NO_METRICS[stage])
+        elif pr.get("status") == "running" and _runner_gone(pr):
+            row["reason"] = (f"interrupted: its runner (pid {pr['runner']['pid']}) stopped before the notebook "
+                             f"finished (started {pr.get('started_at')}); run it again")
         elif pr.get("status"):
             row["reason"] = f"pipeline status {pr['status']!r}, no metrics.json"
         rows.append(row)
@@ -466,6 +469,24 @@ def collect(run_tag: str, results_root: Path | str | None = None, notebooks_dir:
     status = pd.DataFrame(rows, columns=["stage", "status", "reason", "wall_time_s", "peak_mem_mb",
                                          "n_records", "command"])
     return records, status, run_info(run, state)
+
+
+def _runner_gone(record: Mapping) -> bool:
+    """True when a stage marked running was started on this machine by a process that no longer
+    exists (killed, or the machine restarted): it will never finish. False when unknown (another
+    machine, or a record written before runners were recorded)."""
+    import platform
+
+    runner = record.get("runner")
+    if not isinstance(runner, Mapping) or runner.get("host") != platform.node():
+        return False
+    try:
+        os.kill(int(runner["pid"]), 0)
+    except ProcessLookupError:
+        return True
+    except (PermissionError, KeyError, TypeError, ValueError, OverflowError):
+        return False
+    return False
 
 
 def run_info(run: Path, state: Mapping | None = None) -> dict:

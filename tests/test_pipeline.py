@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import platform
 import re
 import shutil
 import time
@@ -239,6 +240,7 @@ def test_resume_skips_what_is_done_and_reruns_what_changed(tmp_path, capsys):
     assert rc == 0 and [r["status"] for r in s1["notebooks"].values()] == ["done", "done"]
     for rec in s1["notebooks"].values():
         assert rec["wall_time_s"] > 0 and rec["peak_mem_mb"] > 10  # the kernel was sampled
+        assert rec["runner"] == {"pid": os.getpid(), "host": platform.node()}  # a report can tell it died
     assert s1["notebooks"]["10_second"]["parameters"] == {**BASE, "run_tag": "smoke", "n_items": 4}
     assert "n_items" not in s1["notebooks"]["00_first"]["parameters"]
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import shutil
 from pathlib import Path
 
@@ -258,6 +259,30 @@ def test_collect_statuses(tmp_path):
     assert "--only 20 -p role=ask" in st.loc["20_train_ask_write/ask", "command"]
     assert set(records["stage"]) == {"50_game_evaluation", "20_train_ask_write/answer"}
     assert info["git_sha"] == "abc123" and info["profile"] == "smoke" and "2 CPU" in info["machine"]
+
+
+def test_a_running_stage_whose_runner_is_gone_reads_interrupted(tmp_path):
+    import platform
+    import subprocess
+    import sys
+
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()  # reaped: its pid names no process (pids are not reused this fast)
+    root = make_run(tmp_path)
+    state_path = root / "r" / "pipeline.json"
+    state = json.loads(state_path.read_text())
+    here = platform.node()
+    state["notebooks"].update({
+        "60_ablations": {"status": "running", "started_at": "2026-11-25T01:12:39+00:00",
+                         "runner": {"pid": dead.pid, "host": here}},
+        "45_consolidation": {"status": "running", "runner": {"pid": os.getpid(), "host": here}},
+        "70_locomo_benchmark": {"status": "running", "runner": {"pid": dead.pid, "host": here + "-elsewhere"}}})
+    state_path.write_text(json.dumps(state))
+    st = results.collect("r", root)[1].set_index("stage")
+    assert st.loc["60_ablations", "status"] == "missing"
+    assert st.loc["60_ablations", "reason"].startswith(f"interrupted: its runner (pid {dead.pid})")
+    assert st.loc["45_consolidation", "reason"] == "pipeline status 'running', no metrics.json"  # alive: running
+    assert st.loc["70_locomo_benchmark", "reason"] == "pipeline status 'running', no metrics.json"  # not probed
 
 
 def test_collect_reads_old_metrics_without_records(tmp_path):
