@@ -437,3 +437,49 @@ def test_vllm_has_no_adapter_switching():
 
     with pytest.raises(NotImplementedError, match="cannot switch LoRA adapters"):
         Dummy().load_adapter("a", ".")
+
+
+# ---------------------------------------------------------------------------------- generation memo
+def test_generation_memo_answers_repeated_greedy_calls_and_nothing_else():
+    from fakes import TableBackend
+
+    from mags_lib.backends import GenerationMemo, generation_memo
+
+    b = TableBackend({"owl": "(owl, eats, mice)", "fox": "(fox, eats, hens)"})
+    owl, fox = [{"role": "user", "content": "owl"}], [{"role": "user", "content": "fox"}]
+    assert b.generate([owl])[0].cached is False  # no memo: every call reaches the model
+    with generation_memo() as memo:
+        first = b.generate([owl, fox], max_new_tokens=8)
+        again = b.generate([fox, owl, fox], max_new_tokens=8)
+        longer = b.generate([owl], max_new_tokens=9)  # another budget: another key
+        grammar = b.generate([owl], max_new_tokens=8, grammar="root ::= \"x\"")
+        sampled = b.generate([owl], max_new_tokens=8, temperature=0.7)  # sampling is never remembered
+    assert [g.text for g in again] == ["(fox, eats, hens)", "(owl, eats, mice)", "(fox, eats, hens)"]
+    assert [g.cached for g in first + again] == [False, False, True, True, True]
+    assert all(g.seconds == 0.0 for g in again) and again[1].n_new_tokens == first[0].n_new_tokens
+    assert not longer[0].cached and not grammar[0].cached and not sampled[0].cached
+    assert memo.stats() == {"hits": 3, "misses": 4, "entries": 4, "hit_rate": 3 / 7}
+    assert len(b.calls) == 1 + 2 + 1 + 1 + 1  # what the model really answered
+    assert b.generate([owl])[0].cached is False  # the block is over
+
+    # the applied adapter is part of the key: a switch never reads the other adapter's answers
+    class Adapted(TableBackend):
+        supports_adapters = True
+
+        def _load_adapter(self, name, path, scale):
+            pass
+
+        def _set_adapter(self, name):
+            self.table = {"owl": f"{name}: (owl, eats, mice)"} if name else {"owl": "(owl, eats, mice)"}
+
+    a = Adapted({"owl": "(owl, eats, mice)"})
+    a.load_adapter("write", ".")
+    with generation_memo(GenerationMemo(max_entries=1)) as memo:
+        base = a.generate([owl])[0].text
+        a.set_adapter("write")
+        tuned = a.generate([owl])[0].text
+        a.set_adapter(None)
+        assert a.generate([owl])[0].cached is False  # max_entries=1: the base's answer was dropped
+    assert (base, tuned) == ("(owl, eats, mice)", "write: (owl, eats, mice)") and len(memo) == 1
+    with pytest.raises(ValueError, match="max_entries"):
+        GenerationMemo(max_entries=0)

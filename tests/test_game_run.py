@@ -238,4 +238,9 @@ def test_one_scenario_end_to_end_and_parallel_equals_serial(tmp_path):
     assert len(serial.asks) == 4
     pd.testing.assert_frame_equal(serial.asks.drop(columns=TIMING), parallel.asks.drop(columns=TIMING))
     pd.testing.assert_frame_equal(serial.turns.drop(columns=TIMING), parallel.turns.drop(columns=TIMING))
+    # shared generations (a sweep's memo): the same tables, and recall_k=1 re-used graph_base's write and ask calls
+    shared = evaluate_systems(systems, [TINY], base=BASE, n_jobs=1, progress=False, share_generations=True)
+    pd.testing.assert_frame_equal(serial.asks.drop(columns=TIMING), shared.asks.drop(columns=TIMING))
+    pd.testing.assert_frame_equal(serial.turns.drop(columns=TIMING), shared.turns.drop(columns=TIMING))
+    assert serial.generation_memo is None and shared.generation_memo["hits"] >= 4  # 2 writes + 2 asks at least
     pd.testing.assert_frame_equal(serial.quality, parallel.quality)

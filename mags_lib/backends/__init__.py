@@ -8,6 +8,16 @@
 (optional, CUDA only, imported lazily). Backends know nothing of the memory graph.
 """
 
-from .base import BACKENDS, Backend, BackendUnavailableError, Generation, close_all, load_backend
+from .base import (
+    BACKENDS,
+    Backend,
+    BackendUnavailableError,
+    Generation,
+    GenerationMemo,
+    close_all,
+    generation_memo,
+    load_backend,
+)
 
-__all__ = ["BACKENDS", "Backend", "BackendUnavailableError", "Generation", "close_all", "load_backend"]
+__all__ = ["BACKENDS", "Backend", "BackendUnavailableError", "Generation", "GenerationMemo", "close_all",
+           "generation_memo", "load_backend"]

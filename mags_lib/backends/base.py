@@ -15,10 +15,13 @@ from __future__ import annotations
 
 import abc
 import atexit
+import contextlib
+import hashlib
+import json
 import threading
 import weakref
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, replace
 from typing import Any, Union
 
 __all__ = [
@@ -26,8 +29,10 @@ __all__ = [
     "Backend",
     "BackendUnavailableError",
     "Generation",
+    "GenerationMemo",
     "Prompt",
     "close_all",
+    "generation_memo",
     "load_backend",
 ]
 
@@ -53,18 +58,82 @@ class Generation:
         Tokens generated (the end-of-sequence token included when one was produced).
     seconds : float
         Wall time spent producing it. In a batched call every member of the batch reports the time
-        of its whole batch.
+        of its whole batch. 0 for a generation answered by a :class:`GenerationMemo`.
+    cached : bool
+        True when a :class:`GenerationMemo` answered it (the text of an identical earlier call).
     """
 
     text: str
     n_prompt_tokens: int
     n_new_tokens: int
     seconds: float
+    cached: bool = False
 
     @property
     def tokens_per_second(self) -> float:
         """Generated tokens per second of wall time (0 when no time elapsed)."""
         return self.n_new_tokens / self.seconds if self.seconds > 0 else 0.0
+
+
+class GenerationMemo:
+    """Greedy generations remembered by everything that decides them, for runs that repeat calls.
+
+    A sweep plays one scenario under many configurations of the same models (ablations, recall k,
+    token budgets): the write and ask models see the same observations and questions in every one,
+    and greedy decoding gives the same text each time. Inside :func:`generation_memo` every backend
+    answers a greedy call it has already made from the memo. The key is the model file, the applied
+    adapter (name and file), the prompt, ``max_new_tokens``, the grammar, the stop strings and the
+    context size; sampled calls (``temperature > 0``) are never remembered. A hit returns the stored
+    text and token counts with ``seconds=0`` and ``cached=True``: latencies measured under a memo are
+    not the model's.
+    """
+
+    def __init__(self, max_entries: int | None = 100_000) -> None:
+        if max_entries is not None and max_entries < 1:
+            raise ValueError(f"max_entries must be None or >= 1, got {max_entries}")
+        self.max_entries = max_entries
+        self._store: dict[str, Generation] = {}
+        self.hits = 0
+        self.misses = 0
+
+    def __len__(self) -> int:
+        return len(self._store)
+
+    @staticmethod
+    def key(backend: Backend, prompt: Any, max_new_tokens: int, grammar: str | None,
+            stop: Sequence[str]) -> str:
+        active = backend.active_adapter
+        ident = [backend.name, backend.model_path, active, backend.adapters.get(active) if active else None,
+                 getattr(backend, "n_ctx", None), prompt, int(max_new_tokens), grammar, list(stop)]
+        return hashlib.sha256(json.dumps(ident, sort_keys=True, default=str).encode()).hexdigest()
+
+    def get(self, key: str) -> Generation | None:
+        return self._store.get(key)
+
+    def put(self, key: str, gen: Generation) -> None:
+        if self.max_entries is not None and len(self._store) >= self.max_entries:
+            self._store.pop(next(iter(self._store)))  # the oldest first
+        self._store[key] = gen
+
+    def stats(self) -> dict:
+        total = self.hits + self.misses
+        return {"hits": self.hits, "misses": self.misses, "entries": len(self._store),
+                "hit_rate": self.hits / total if total else 0.0}
+
+
+_MEMO: list[GenerationMemo] = []  # the active memo of this process (a stack: scopes nest)
+
+
+@contextlib.contextmanager
+def generation_memo(memo: GenerationMemo | None = None) -> Iterator[GenerationMemo]:
+    """Inside the block every backend of this process answers repeated greedy calls from ``memo``
+    (a new one by default), which the block yields (its ``stats()`` count hits and misses)."""
+    memo = GenerationMemo() if memo is None else memo
+    _MEMO.append(memo)
+    try:
+        yield memo
+    finally:
+        _MEMO.remove(memo)
 
 
 _OPEN: weakref.WeakSet[Backend] = weakref.WeakSet()
@@ -173,8 +242,23 @@ class Backend(abc.ABC):
         stop = [s for s in (stop or []) if s]
         if not prompts:
             return []
-        return self._generate(prompts, max_new_tokens=int(max_new_tokens),
-                              temperature=float(temperature), grammar=grammar, stop=stop, seed=seed)
+        memo = _MEMO[-1] if _MEMO and temperature == 0 else None
+        if memo is None:
+            return self._generate(prompts, max_new_tokens=int(max_new_tokens),
+                                  temperature=float(temperature), grammar=grammar, stop=stop, seed=seed)
+        keys = [memo.key(self, p, max_new_tokens, grammar, stop) for p in prompts]
+        out: list[Generation | None] = [memo.get(k) for k in keys]
+        todo = [i for i, g in enumerate(out) if g is None]
+        memo.hits += len(prompts) - len(todo)
+        memo.misses += len(todo)
+        if todo:
+            fresh = self._generate([prompts[i] for i in todo], max_new_tokens=int(max_new_tokens),
+                                   temperature=0.0, grammar=grammar, stop=stop, seed=seed)
+            for i, g in zip(todo, fresh):
+                memo.put(keys[i], g)
+                out[i] = g
+        computed = set(todo)
+        return [g if i in computed else replace(g, seconds=0.0, cached=True) for i, g in enumerate(out)]
 
     @abc.abstractmethod
     def count_tokens(self, text: str) -> int:

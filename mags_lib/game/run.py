@@ -313,6 +313,18 @@ def _task(name: str, spec: dict, scenario: Scenario, base: dict | None, quality:
                 "seconds": 0.0, "error": f"{type(e).__name__}: {e}"}
 
 
+def _scenario_task(names_specs: list[tuple[str, dict]], scenario: Scenario, base: dict | None, quality: bool,
+                   save_dirs: list[str | None]) -> list[dict]:
+    """Every system on one scenario, in this process, greedy generations shared through one memo."""
+    from ..backends import generation_memo
+
+    with generation_memo() as memo:
+        out = [_task(n, spec, scenario, base, quality, d) for (n, spec), d in zip(names_specs, save_dirs)]
+    for r in out:
+        r["memo"] = memo.stats()
+    return out
+
+
 @dataclass
 class GameResults:
     """Everything :func:`evaluate_systems` measured, as tables.
@@ -328,6 +340,7 @@ class GameResults:
     systems: dict = field(default_factory=dict)
     skipped: dict = field(default_factory=dict)
     errors: list = field(default_factory=list)
+    generation_memo: dict | None = None  # share_generations: model calls answered from the memo, and made
 
     def save(self, out_dir: str | Path) -> Path:
         """``asks.csv``, ``turns.csv``, ``quality.csv`` and ``systems.json`` (specs, skipped, errors)."""
@@ -338,14 +351,15 @@ class GameResults:
         for label, df in (("asks", self.asks), ("turns", self.turns), ("quality", self.quality)):
             atomic_write_text(out / f"{label}.csv", df.to_csv(index=False))
         atomic_write_text(out / "systems.json", json.dumps(
-            {"systems": self.systems, "skipped": self.skipped, "errors": self.errors}, indent=1, default=str) + "\n")
+            {"systems": self.systems, "skipped": self.skipped, "errors": self.errors,
+             "generation_memo": self.generation_memo}, indent=1, default=str) + "\n")
         return out
 
 
 def evaluate_systems(systems: str | Iterable[str] | Mapping[str, Mapping], scenarios: Iterable[Scenario], *,
                      base: Mapping | None = None, n_jobs: int = 1, backend: str | None = None,
                      quality: bool = True, save_memories: str | Path | None = None,
-                     progress: bool = True) -> GameResults:
+                     progress: bool = True, share_generations: bool = False) -> GameResults:
     """Run every system on every scenario, in parallel over processes (joblib).
 
     Parameters
@@ -366,6 +380,13 @@ def evaluate_systems(systems: str | Iterable[str] | Mapping[str, Mapping], scena
         Save each final memory to ``<save_memories>/<system>/<scenario>/`` (``MAGS.load`` reads it).
     progress : bool
         A tqdm bar over (system, scenario) pairs.
+    share_generations : bool
+        One task per scenario instead of per pair: its systems run one after another in one process
+        inside a :func:`~mags_lib.backends.generation_memo`, so a greedy call one system already made
+        (the write model on the same observation, the ask model on the same question, the reader on
+        the same recalled memory) is not made again. For sweeps and ablations of the same models:
+        the texts are those of the first call, the ``seconds`` of a remembered call are 0 (latencies
+        under a shared memo are not the model's), and fewer tasks run in parallel.
 
     Returns
     -------
@@ -388,11 +409,34 @@ def evaluate_systems(systems: str | Iterable[str] | Mapping[str, Mapping], scena
     runnable = [n for n in specs if n not in skipped]
     tasks = [(n, s) for n in runnable for s in scenarios]
     results = []
-    if tasks:
-        par = Parallel(n_jobs=n_jobs, backend=backend, return_as="generator")
-        def where(n, s):
-            return None if save_memories is None else str(Path(save_memories) / _safe(n) / _safe(s.name))
+    memo_stats = None
 
+    def where(n, s):
+        return None if save_memories is None else str(Path(save_memories) / _safe(n) / _safe(s.name))
+
+    if tasks and share_generations:
+        if len({s.name for s in scenarios}) != len(scenarios):
+            raise ValueError("share_generations needs scenarios with distinct names (results are matched by "
+                             "system and scenario name); rename the duplicates")
+        par = Parallel(n_jobs=n_jobs, backend=backend, return_as="generator")
+        gen = par(delayed(_scenario_task)([(n, specs[n]) for n in runnable], s, base, quality,
+                                          [where(n, s) for n in runnable]) for s in scenarios)
+        done: dict[tuple[str, str], dict] = {}
+        memo_stats = {"hits": 0, "misses": 0}
+        with tqdm(total=len(tasks), desc="game", disable=not progress) as bar:
+            for group in gen:
+                for r in group:
+                    done[(r["system"], r["scenario"])] = r
+                memo_stats["hits"] += group[0]["memo"]["hits"]
+                memo_stats["misses"] += group[0]["memo"]["misses"]
+                bar.update(len(group))
+        results = [done[(n, s.name)] for n, s in tasks]  # the order of the unshared run
+        calls = memo_stats["hits"] + memo_stats["misses"]
+        memo_stats["hit_rate"] = memo_stats["hits"] / calls if calls else 0.0
+        print(f"[game] shared generations: {memo_stats['hits']} of {calls} model calls answered from the memo "
+              f"({memo_stats['hit_rate']:.0%})")
+    elif tasks:
+        par = Parallel(n_jobs=n_jobs, backend=backend, return_as="generator")
         gen = par(delayed(_task)(n, specs[n], s, base, quality, where(n, s)) for n, s in tasks)
         results = list(tqdm(gen, total=len(tasks), desc="game", disable=not progress))
     errors = [(r["system"], r["scenario"], r["error"]) for r in results if r.get("error")]
@@ -403,4 +447,5 @@ def evaluate_systems(systems: str | Iterable[str] | Mapping[str, Mapping], scena
                                  "correct", "facts", "n_facts", "memory_tokens", "seconds", "n_changes", "distance"])
     turns = pd.DataFrame([t for r in results for t in r["turns"]])
     quality_df = pd.DataFrame([r["quality"] for r in results if r.get("quality")])
-    return GameResults(asks=asks, turns=turns, quality=quality_df, systems=specs, skipped=skipped, errors=errors)
+    return GameResults(asks=asks, turns=turns, quality=quality_df, systems=specs, skipped=skipped, errors=errors,
+                       generation_memo=memo_stats)
