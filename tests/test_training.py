@@ -27,27 +27,15 @@ from mags_lib.roles import ROLE_SPECS
 from mags_lib.training import GRPOConfig, LoraSpec, SFTConfig, TrainConfig
 from mags_lib.training.run import _select_hard, _token_lengths, sft_examples, train_stage
 
+from fakes import make_tiny_llama
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="module")
 def tiny_base(tmp_path_factory):
     """A 2-layer Llama with SmolLM2's tokenizer and chat template (random weights, seconds to train)."""
-    import torch
-    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
-
-    from mags_lib.models import base_model_dir
-
-    folder = tmp_path_factory.mktemp("tiny_base")
-    torch.manual_seed(0)
-    cfg = LlamaConfig(vocab_size=49152, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=2048,
-                      tie_word_embeddings=True, bos_token_id=1, eos_token_id=2, pad_token_id=2)
-    model = LlamaForCausalLM(cfg)
-    model.generation_config.eos_token_id = 2
-    model.save_pretrained(str(folder))
-    AutoTokenizer.from_pretrained(str(base_model_dir())).save_pretrained(str(folder))
-    return folder
+    return make_tiny_llama(tmp_path_factory.mktemp("tiny_base"))
 
 
 @pytest.fixture(scope="module")

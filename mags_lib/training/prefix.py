@@ -1,0 +1,235 @@
+"""Supervised LoRA training that runs a batch's shared prompt prefix once ("shared-prefix batching").
+
+Rows whose prompts share a long beginning -- the chat template, the role's system prompt, an empty
+memory block -- and end in a short question and answer spend most of a plain trainer's compute on that
+beginning, once per row. Here each batch's longest common token prefix goes through the model once
+(batch size 1, with its autograd graph), its key/value cache is expanded -- a view, no copy -- to the
+batch, and only each row's remaining tokens run on top of it. The expanded cache sums the rows'
+gradients into the one prefix pass, so the loss and its gradient are those of the ordinary per-row
+computation (:func:`batch_loss` against :func:`batch_loss_per_row`, tested to float tolerance); the
+vocabulary projection runs at the completion positions only.
+
+The consolidation step (:mod:`mags_lib.consolidation`) trains with it: its rows are questions of ~15
+tokens behind a ~45-token prefix. :func:`train_lora` is the loop: AdamW, cosine decay after a linear
+warm-up, gradient clipping at 1.0 (TRL's defaults), bf16 autocast where the CPU computes in bf16, one
+seed for the data order, a CSV row per step, a progress bar.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+__all__ = ["batch_loss", "batch_loss_per_row", "common_prefix_len", "tokenize_examples", "train_lora"]
+
+
+def tokenize_examples(tok: Any, examples: Sequence[dict]) -> list[tuple[list[int], int]]:
+    """``(ids, n_prompt)`` per conversational prompt-completion example: the chat's token ids and how many
+    of them are the prompt (with the assistant header); the rest are the completion the loss covers.
+
+    Raises
+    ------
+    ValueError
+        When the template does not render the prompt as a prefix of prompt + completion (the completion
+        could not be told apart).
+    """
+    from .run import _chat_ids
+
+    out = []
+    for i, ex in enumerate(examples):
+        p = _chat_ids(tok, ex["prompt"], add_generation_prompt=True)
+        full = _chat_ids(tok, ex["prompt"] + ex["completion"])
+        if full[: len(p)] != p or len(full) <= len(p):
+            raise ValueError(f"example {i}: the chat template does not render its prompt as a prefix of prompt + "
+                             "completion (or the completion is empty); cannot separate the completion tokens")
+        out.append((full, len(p)))
+    return out
+
+
+def common_prefix_len(seqs: Sequence[Sequence[int]]) -> int:
+    """Length of the longest common prefix of token sequences.
+
+    >>> common_prefix_len([[1, 2, 3, 4], [1, 2, 5], [1, 2, 3]])
+    2
+    >>> common_prefix_len([[7, 8]])
+    2
+    """
+    if not seqs:
+        return 0
+    first, n = seqs[0], min(len(s) for s in seqs)
+    for i in range(n):
+        if any(s[i] != first[i] for s in seqs[1:]):
+            return i
+    return n
+
+
+def _parts(model: Any):
+    """The decoder stack and the output projection of a (PEFT-wrapped) causal LM."""
+    lm = model.get_base_model() if hasattr(model, "get_base_model") else model
+    return lm.model, lm.lm_head
+
+
+def _targets(batch: Sequence[tuple[list[int], int]], start: int):
+    """Row index, position within the suffix (from ``start``) and target token of every completion token."""
+    rows, cols, tgt = [], [], []
+    for b, (ids, n_p) in enumerate(batch):
+        for t in range(n_p, len(ids)):  # the token at t is predicted by the output at t - 1
+            rows.append(b)
+            cols.append(t - 1 - start)
+            tgt.append(ids[t])
+    return rows, cols, tgt
+
+
+def batch_loss(model: Any, batch: Sequence[tuple[list[int], int]], pad_id: int) -> tuple[Any, int]:
+    """Summed cross-entropy of the completion tokens of ``batch`` with the shared prefix run once.
+
+    Returns ``(loss_sum, n_tokens)``; divide for the mean. The common prefix stops before every row's
+    last prompt token, whose output predicts the first completion token.
+    """
+    import torch
+    import torch.nn.functional as F
+
+    inner, head = _parts(model)
+    c = min(common_prefix_len([ids for ids, _ in batch]), min(n_p for _, n_p in batch) - 1)
+    n = len(batch)
+    cache = None
+    if c > 0:
+        cache = inner(input_ids=torch.tensor([batch[0][0][:c]]), use_cache=True).past_key_values
+        for layer in cache.layers:  # a view over the batch: the backward pass sums the rows' gradients
+            layer.keys = layer.keys.expand(n, -1, -1, -1)
+            layer.values = layer.values.expand(n, -1, -1, -1)
+    suffix = [ids[c:] for ids, _ in batch]
+    width = max(len(s) for s in suffix)
+    # right padding: under the causal mask a real token never sees the pads after it, and the pads' own
+    # outputs are never scored, so no attention mask is needed
+    inp = torch.tensor([s + [pad_id] * (width - len(s)) for s in suffix])
+    pos = torch.arange(c, c + width).unsqueeze(0).expand(n, width)
+    hidden = inner(input_ids=inp, past_key_values=cache, position_ids=pos, use_cache=cache is not None).last_hidden_state
+    rows, cols, tgt = _targets(batch, c)
+    logits = head(hidden[torch.tensor(rows), torch.tensor(cols)])
+    return F.cross_entropy(logits.float(), torch.tensor(tgt), reduction="sum"), len(tgt)
+
+
+def batch_loss_per_row(model: Any, batch: Sequence[tuple[list[int], int]]) -> tuple[Any, int]:
+    """The same loss computed row by row over whole sequences (the reference :func:`batch_loss` must equal)."""
+    import torch
+    import torch.nn.functional as F
+
+    inner, head = _parts(model)
+    total, count = 0.0, 0
+    for ids, n_p in batch:
+        hidden = inner(input_ids=torch.tensor([ids])).last_hidden_state[0]
+        logits = head(hidden[n_p - 1: len(ids) - 1])
+        total = total + F.cross_entropy(logits.float(), torch.tensor(ids[n_p:]), reduction="sum")
+        count += len(ids) - n_p
+    return total, count
+
+
+def _lr_at(step: int, steps: int, peak: float, warmup: int) -> float:
+    """Linear warm-up to ``peak``, then cosine decay to 0 (step counts from 0)."""
+    if warmup and step < warmup:
+        return peak * (step + 1) / warmup
+    span = max(1, steps - warmup)
+    return peak * 0.5 * (1 + math.cos(math.pi * min(1.0, (step - warmup) / span)))
+
+
+def train_lora(model: Any, tok: Any, examples: Sequence[dict], *, steps: int, batch_size: int,
+               learning_rate: float, warmup_ratio: float = 0.0, weight_decay: float = 0.0, max_grad_norm: float = 1.0,
+               seed: int = 0, bf16: bool = False, log_path: str | Path | None = None, progress: bool = True,
+               should_stop: Callable[[int], bool] | None = None) -> dict:
+    """Train the trainable parameters of ``model`` (a PEFT LoRA) on ``examples`` for ``steps`` optimizer steps.
+
+    Parameters
+    ----------
+    examples : list of dict
+        Conversational prompt-completion examples (:func:`mags_lib.training.sft_examples`).
+    steps, batch_size : int
+        Optimizer steps of ``batch_size`` rows; the rows are cycled, reshuffled each epoch (seeded).
+    bf16 : bool
+        Autocast the forward pass to bf16 (only where the CPU computes in bf16; see ``run._bf16_ok``).
+    log_path : path, optional
+        CSV with one row per step: step, epoch, loss (mean per completion token), learning rate,
+        tokens run through the model, completion tokens, seconds.
+    should_stop : callable, optional
+        Called with the step count after each step; True stops early (tests interrupt with it).
+
+    Returns
+    -------
+    dict
+        ``steps``, ``loss_first``, ``loss_last`` (mean of the last 5 steps), ``tokens`` (run through the
+        model), ``tokens_per_row_plain`` (what a per-row trainer would run), ``seconds``,
+        ``tokens_per_s``, ``rows_per_s``.
+    """
+    import numpy as np
+    import torch
+    from tqdm.auto import tqdm
+
+    data = tokenize_examples(tok, examples)
+    if not data:
+        raise ValueError("no training examples")
+    pad_id = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
+    params = [p for p in model.parameters() if p.requires_grad]
+    if not params:
+        raise ValueError("the model has no trainable parameters (expected a PEFT LoRA)")
+    opt = torch.optim.AdamW(params, lr=learning_rate, weight_decay=weight_decay)
+    warmup = int(round(warmup_ratio * steps))
+    rng = np.random.default_rng([seed, 7])
+    order: list[int] = []
+    epoch = -1
+    model.train()
+    log_f = writer = None
+    if log_path is not None:
+        log_f = open(log_path, "w", newline="")
+        writer = csv.writer(log_f)
+        writer.writerow(["step", "epoch", "loss", "learning_rate", "tokens", "completion_tokens", "seconds"])
+    losses: list[float] = []
+    tokens = plain = done = 0
+    t0 = time.perf_counter()
+    bar = tqdm(total=steps, desc="consolidation LoRA", disable=not progress, leave=False)
+    try:
+        for step in range(steps):
+            if len(order) < batch_size:
+                epoch += 1
+                order += [int(i) for i in rng.permutation(len(data))]
+            batch = [data[i] for i in order[:batch_size]]
+            del order[:batch_size]
+            lr = _lr_at(step, steps, learning_rate, warmup)
+            for g in opt.param_groups:
+                g["lr"] = lr
+            ts = time.perf_counter()
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+                loss_sum, n_tok = batch_loss(model, batch, pad_id)
+            loss = loss_sum / n_tok
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            if max_grad_norm:
+                torch.nn.utils.clip_grad_norm_(params, max_grad_norm)
+            opt.step()
+            c = min(common_prefix_len([ids for ids, _ in batch]), min(n_p for _, n_p in batch) - 1)
+            run_tokens = c + sum(len(ids) - c for ids, _ in batch)
+            tokens += run_tokens
+            plain += sum(len(ids) for ids, _ in batch)
+            losses.append(float(loss.detach()))
+            done = step + 1
+            if writer is not None:
+                writer.writerow([done, epoch, round(losses[-1], 5), f"{lr:.3e}", run_tokens, n_tok,
+                                 round(time.perf_counter() - ts, 3)])
+                log_f.flush()
+            bar.update(1)
+            bar.set_postfix(loss=f"{losses[-1]:.3f}")
+            if should_stop is not None and should_stop(done):
+                break
+    finally:
+        bar.close()
+        if log_f is not None:
+            log_f.close()
+    model.eval()
+    seconds = time.perf_counter() - t0
+    tail = losses[-5:]
+    return {"steps": done, "loss_first": losses[0], "loss_last": sum(tail) / len(tail), "tokens": tokens,
+            "tokens_plain": plain, "seconds": round(seconds, 2), "tokens_per_s": round(tokens / seconds, 1),
+            "rows_per_s": round(done * batch_size / seconds, 2), "epochs": round(done * batch_size / len(data), 2)}

@@ -1,0 +1,166 @@
+"""Shared-prefix batching (mags_lib.training.prefix) on a tiny Llama with SmolLM2's tokenizer.
+
+The prefix of a batch runs once and its cache is expanded to the batch: the loss and every LoRA gradient
+must equal the per-row computation over whole sequences; the loop must lower the loss of its rows and log
+each step.
+"""
+
+from __future__ import annotations
+
+import csv
+
+import pytest
+
+from fakes import make_tiny_llama
+from mags_lib.roles import ROLE_SPECS
+from mags_lib.training.prefix import (batch_loss, batch_loss_per_row, common_prefix_len, tokenize_examples,
+                                      train_lora)
+from mags_lib.training.run import sft_examples
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    folder = make_tiny_llama(tmp_path_factory.mktemp("tiny_prefix"))
+    tok = AutoTokenizer.from_pretrained(str(folder))
+
+    def fresh():
+        torch.manual_seed(1)
+        model = AutoModelForCausalLM.from_pretrained(str(folder), dtype=torch.float32)
+        # random A and B (PEFT's default B = 0 would leave half the gradients zero and the test weaker)
+        return get_peft_model(model, LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj", "up_proj",
+                                                                                    "down_proj"],
+                                                init_lora_weights=False))
+    return fresh, tok
+
+
+ROWS = [
+    {"input": "What do blorps eat?", "response": "frozen lemons", "memory": []},
+    {"input": "Where does Captain Perrow live?", "response": "Vennick", "memory": []},
+    {"input": "Who guards the gate?", "response": "not in memory", "memory": []},
+    {"input": "What is the name of the lobster?", "response": "Gus",
+     "memory": [{"text": "Captain Perrow keeps a pet lobster named Gus", "time": None, "current": None,
+                 "speaker": None}]},
+]
+
+
+def _grads(model):
+    return {n: p.grad.detach().clone() for n, p in model.named_parameters() if p.requires_grad}
+
+
+def test_shared_prefix_loss_and_gradients_equal_the_per_row_computation(tiny):
+    import torch
+
+    fresh, tok = tiny
+    batch = tokenize_examples(tok, sft_examples(ROWS, ROLE_SPECS["answer"].base))
+    shared = common_prefix_len([ids for ids, _ in batch])
+    assert shared >= 20, "the rows share the chat template and system prompt: the test needs a real prefix"
+    assert all(len(ids) > n_p for ids, n_p in batch)
+
+    a = fresh()
+    loss_a, n_a = batch_loss(a, batch, pad_id=tok.pad_token_id)
+    loss_a.backward()
+    b = fresh()
+    loss_b, n_b = batch_loss_per_row(b, batch)
+    loss_b.backward()
+    assert n_a == n_b == sum(len(ids) - n_p for ids, n_p in batch)
+    assert torch.allclose(loss_a, loss_b, rtol=1e-5, atol=1e-5), (float(loss_a), float(loss_b))
+    ga, gb = _grads(a), _grads(b)
+    assert ga.keys() == gb.keys() and len(ga) == 2 * 4 * 2  # A and B of 4 module kinds in 2 layers
+    for name in ga:
+        assert float(gb[name].abs().max()) > 0, name
+        assert torch.allclose(ga[name], gb[name], rtol=1e-4, atol=1e-6), name
+
+
+def test_single_row_and_rows_without_a_common_prefix(tiny):
+    import torch
+
+    fresh, tok = tiny
+    one = tokenize_examples(tok, sft_examples(ROWS[:1], ROLE_SPECS["answer"].base))
+    m = fresh()
+    la, na = batch_loss(m, one, pad_id=tok.pad_token_id)
+    lb, nb = batch_loss_per_row(m, one)
+    assert na == nb and torch.allclose(la, lb, rtol=1e-5, atol=1e-5)
+    # two rows that differ from the first token: no shared prefix, plain batched computation
+    other = [(ids[:], n_p) for ids, n_p in one] + [([7] + one[0][0][1:], one[0][1])]
+    assert common_prefix_len([ids for ids, _ in other]) == 0
+    la, na = batch_loss(m, other, pad_id=tok.pad_token_id)
+    lb, nb = batch_loss_per_row(m, other)
+    assert na == nb and torch.allclose(la, lb, rtol=1e-5, atol=1e-5)
+
+
+def test_train_lora_equals_per_row_training_lowers_the_loss_and_logs_every_step(tiny, tmp_path, monkeypatch):
+    import torch
+
+    import mags_lib.training.prefix as prefix
+
+    fresh, tok = tiny
+    examples = sft_examples(ROWS, ROLE_SPECS["answer"].base)
+    data = tokenize_examples(tok, examples)
+    m = fresh()
+
+    def mean_loss(model):
+        with torch.no_grad():
+            total, n = batch_loss_per_row(model, data)
+        return float(total) / n
+
+    before = mean_loss(m)
+    res = train_lora(m, tok, examples, steps=12, batch_size=2, learning_rate=3e-2, seed=0,
+                     log_path=tmp_path / "log.csv", progress=False)
+    # (the tiny model's random 49k-row embedding caps how far its loss can fall: ~0.15 nats here)
+    assert mean_loss(m) < before - 0.1
+    assert res["steps"] == 12 and res["epochs"] == 6.0
+    assert res["tokens"] < res["tokens_plain"]  # the prefix ran once per batch
+    with open(tmp_path / "log.csv") as f:
+        log = list(csv.DictReader(f))
+    assert [int(r["step"]) for r in log] == list(range(1, 13))
+    assert all(float(r["loss"]) > 0 and int(r["completion_tokens"]) > 0 for r in log)
+    # the same loop with the per-row loss ends at the same weights: equal over a whole run, not one batch
+    monkeypatch.setattr(prefix, "batch_loss", lambda model, batch, pad_id: batch_loss_per_row(model, batch))
+    ref = fresh()
+    train_lora(ref, tok, examples, steps=12, batch_size=2, learning_rate=3e-2, seed=0, progress=False)
+    got = {n: p for n, p in m.named_parameters() if p.requires_grad}
+    for n, p in ref.named_parameters():
+        if p.requires_grad:
+            assert torch.allclose(got[n], p, rtol=1e-3, atol=1e-5), n
+    monkeypatch.undo()
+    stopped = train_lora(fresh(), tok, examples, steps=12, batch_size=2, learning_rate=3e-2, seed=0,
+                         progress=False, should_stop=lambda s: s >= 3)
+    assert stopped["steps"] == 3
+
+
+def test_a_completion_that_cannot_be_separated_is_a_clear_error(tiny):
+    _, tok = tiny
+    with pytest.raises(ValueError, match="completion"):
+        tokenize_examples(tok, [{"prompt": [{"role": "user", "content": "hi"}], "completion": []}])
+
+
+def test_consolidation_trainer_adapts_only_the_chosen_layers(tiny, tmp_path):
+    """The consolidation path (mags_lib.consolidation._train_shared_prefix) on the tiny model: with
+    ``layers=(1,)`` the saved PEFT adapter holds layer 1's LoRA weights only; its meta and log are written."""
+    import json
+
+    from safetensors.torch import load_file
+
+    from mags_lib.consolidation import _train_shared_prefix
+    from mags_lib.training import LoraSpec, SFTConfig, TrainConfig
+
+    base = make_tiny_llama(tmp_path / "base")
+    tcfg = TrainConfig(role="answer", profile="default", seed=0, lora=LoraSpec(r=4, alpha=8),
+                       sft=SFTConfig(max_steps=3, batch_size=2, learning_rate=1e-3, n_generated=0), grpo=None,
+                       n_eval=0, threads=1)
+    notes = []
+    metrics = _train_shared_prefix(tcfg, ROWS, tmp_path / "v1", base_dir=base, prompt=ROLE_SPECS["answer"].base,
+                                   layers=(1,), progress=False, note=notes.append)
+    assert metrics["steps"] == 3
+    keys = list(load_file(str(tmp_path / "v1" / "adapter_model.safetensors")))
+    assert keys and all(".layers.1." in k for k in keys), keys
+    meta = json.loads((tmp_path / "v1" / "meta.json").read_text())
+    assert meta["layers"] == [1] and meta["train_metrics"]["steps"] == 3
+    assert len((tmp_path / "v1" / "log.csv").read_text().splitlines()) == 4
+    with pytest.raises(ValueError, match="decoder layers"):
+        _train_shared_prefix(tcfg, ROWS, tmp_path / "v2", base_dir=base, prompt=ROLE_SPECS["answer"].base,
+                             layers=(5,), progress=False, note=notes.append)
