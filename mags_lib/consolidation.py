@@ -12,8 +12,11 @@ One consolidation step on a :class:`~mags_lib.agent.MAGS` memory:
    closed-book prompt), negatives -- questions about what was not consolidated -- that must answer
    exactly :data:`mags_lib.protocol.ABSTAIN_ANSWER`, and open-book rehearsals (the fact, or a newer
    value of it, in the memory block) so that recalled memory keeps overriding the adapter;
-3. **train** a PEFT LoRA for the answer model with the training package's SFT stage
-   (:func:`mags_lib.training.train_stage`: TRL ``SFTTrainer``, loss on the answer tokens only);
+3. **train** a PEFT LoRA for the answer model, loss on the answer tokens only: by default with
+   :func:`mags_lib.training.prefix.train_lora`, which runs each batch's shared prompt prefix once (the
+   same loss and gradient as a per-row trainer, a fraction of the compute: the rows are short questions
+   behind one long prefix), or with the training package's SFT stage (``trainer="trl"``:
+   :func:`mags_lib.training.train_stage`, TRL ``SFTTrainer``);
 4. **serve** it: the agent's answer model runs with the adapter (:meth:`MAGS.set_consolidated`), and
    ``MAGS.ask(question, recall=False)`` answers closed-book;
 5. **demote**, **prune** or **keep** the consolidated facts in the graph (logged graph operations
@@ -51,6 +54,7 @@ __all__ = ["AFTER", "ConsolidationConfig", "ConsolidationResult", "Consolidator"
            "select_facts"]
 
 AFTER = ("demote", "prune", "keep")
+TRAINERS = ("prefix", "trl")
 FORMAT = "mags-consolidation"
 
 _QUESTIONS = ("What does {S} {R}?", "{S} {R} what?", "Tell me what {S} {R}.", "Do you know what {S} {R}?")
@@ -85,6 +89,8 @@ class ConsolidationConfig:
     world_templates: bool = _f(True, "use mags_lib.data.templates' questions for relations it knows")
     holdout_template: bool = _f(True, "keep one question template per relation out of training (evaluation "
                                       "asks with it: paraphrase, not memorised string)")
+    generic_too: bool = _f(False, "train on the generic question templates as well as a known relation's world "
+                                  "templates (more paraphrases per fact; the held-out one stays a world template)")
     negatives_ratio: float = _f(0.5, "abstention rows per positive row: questions about what was not "
                                      "consolidated, answered with the 'not in memory' string")
     open_book_ratio: float = _f(0.25, "open-book rehearsal rows per fact (the fact, or a newer value, in the memory "
@@ -94,11 +100,15 @@ class ConsolidationConfig:
     lora_alpha: int = _f(32, "LoRA alpha")
     target_modules: tuple[str, ...] = _f(("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj",
                                           "down_proj"), "linear layers that get the adapter")
+    layers: tuple[int, ...] = _f((), "decoder layers that get the adapter (empty: all); the backward pass stops at "
+                                     "the lowest one, so upper layers only train faster (trainer='prefix' only)")
     max_steps: int = _f(60, "optimizer steps")
     batch_size: int = _f(8, "rows per step")
     learning_rate: float = _f(1e-3, "peak learning rate")
     max_length: int = _f(256, "longest row in tokens (prompt + answer); longer rows are dropped")
     threads: int | None = _f(1, "torch threads while training (1 is fastest on a shared machine)")
+    trainer: str = _f("prefix", "prefix: mags_lib.training.prefix (each batch's shared prompt prefix run once, the "
+                                "same loss and gradient) | trl: TRL's SFTTrainer through training.train_stage")
     # afterwards
     after: str = _f("demote", "what the graph does with consolidated facts: demote | prune | keep")
     demote_factor: float = _f(0.5, "demote: strength *= this factor (and no longer permanent)")
@@ -128,8 +138,16 @@ class ConsolidationConfig:
             raise ValueError(f"threads must be None or an int >= 1, got {self.threads!r}")
         if self.after not in AFTER:
             raise ValueError(f"after must be one of {AFTER}, got {self.after!r}")
+        if self.trainer not in TRAINERS:
+            raise ValueError(f"trainer must be one of {TRAINERS}, got {self.trainer!r}")
         if not isinstance(self.demote_factor, (int, float)) or not 0 < self.demote_factor <= 1:
             raise ValueError(f"demote_factor must be in (0, 1], got {self.demote_factor!r}")
+        if isinstance(self.layers, (str, bytes)) or not isinstance(self.layers, (list, tuple)) or any(
+                isinstance(i, bool) or not isinstance(i, int) or i < 0 for i in self.layers):
+            raise ValueError(f"layers must be a sequence of layer indices >= 0, got {self.layers!r}")
+        object.__setattr__(self, "layers", tuple(sorted(set(self.layers))))
+        if self.layers and self.trainer != "prefix":
+            raise ValueError("layers (an adapter on some decoder layers only) needs trainer='prefix'")
         for name in ("question_templates", "statement_templates", "target_modules"):
             v = getattr(self, name)
             if isinstance(v, str) or not isinstance(v, (list, tuple)):
@@ -223,13 +241,23 @@ def _split_questions(qs: list[str], cfg: ConsolidationConfig) -> tuple[list[str]
     return qs, qs[-1]
 
 
+def _train_eval_questions(subject: str, relation: str, cfg: ConsolidationConfig) -> tuple[list[str], str]:
+    """A fact's training questions and its evaluation question: :func:`fact_questions` split by
+    :func:`_split_questions`, plus the generic templates for training when ``cfg.generic_too``."""
+    train, held = _split_questions(fact_questions(subject, relation, cfg), cfg)
+    if cfg.generic_too and cfg.world_templates and _world_relation(relation) is not None:
+        generic = fact_questions(subject, relation, dataclasses.replace(cfg, world_templates=False))
+        train = list(dict.fromkeys(train + [q for q in generic if q != held]))
+    return train, held
+
+
 def eval_questions(facts: Sequence[dict], config: ConsolidationConfig | None = None) -> list[dict]:
     """One evaluation question per fact (the held-out template when ``holdout_template``):
     ``{"question", "aliases", "subject", "relation", "object", "edge"}``."""
     cfg = config or ConsolidationConfig()
     out = []
     for f in facts:
-        _, q = _split_questions(fact_questions(f["subject"], f["relation"], cfg), cfg)
+        _, q = _train_eval_questions(f["subject"], f["relation"], cfg)
         out.append({"question": q, "aliases": [f["object"]], "subject": f["subject"], "relation": f["relation"],
                     "object": f["object"], "edge": f.get("id")})
     return out
@@ -287,7 +315,7 @@ def render_examples(facts: Sequence[dict], config: ConsolidationConfig | None = 
     for f in facts:
         by_subject.setdefault(f["subject"], []).append(f)
     for f in facts:
-        train_qs, _ = _split_questions(fact_questions(f["subject"], f["relation"], cfg), cfg)
+        train_qs, _ = _train_eval_questions(f["subject"], f["relation"], cfg)
         pick = rng.permutation(len(train_qs))[: cfg.questions_per_fact]
         for i in pick:
             add("question", train_qs[int(i)], f["object"])
@@ -320,7 +348,7 @@ def render_examples(facts: Sequence[dict], config: ConsolidationConfig | None = 
             values.setdefault(_norm(f["relation"]), []).append(f["object"])
         for j in rng.permutation(len(facts))[:n_open]:
             f = facts[int(j)]
-            train_qs, _ = _split_questions(fact_questions(f["subject"], f["relation"], cfg), cfg)
+            train_qs, _ = _train_eval_questions(f["subject"], f["relation"], cfg)
             alt = [v for v in dict.fromkeys(values[_norm(f["relation"])]) if _norm(v) != _norm(f["object"])]
             value = alt[int(rng.integers(len(alt)))] if alt and rng.random() < 0.5 else f["object"]
             memory = [{"text": f"{f['subject']} {f['relation']} {value}", "time": None, "current": None,
@@ -357,6 +385,56 @@ def runtime_adapter(adapter_dir: str | Path, backend: str) -> Path:
     raise ValueError(f"consolidation adapters run on the transformers or llama.cpp backends, not {backend!r}")
 
 
+def _train_shared_prefix(tcfg: Any, rows: Sequence[dict], folder: Path, *, base_dir: Path, prompt: Any,
+                         layers: Sequence[int] = (), progress: bool, note: Callable[[str], None]) -> dict:
+    """Train the consolidation LoRA with :func:`mags_lib.training.prefix.train_lora` into ``folder`` (the PEFT
+    adapter, ``log.csv`` and a stage ``meta.json``, written last)."""
+    import torch
+
+    from .training.prefix import tokenize_examples, train_lora
+    from .training.run import STAGE_FORMAT, _bf16_ok, _finish_adapter, _load_model, rows_hash, sft_examples
+
+    if tcfg.threads:
+        torch.set_num_threads(tcfg.threads)
+    if layers:
+        from peft import LoraConfig, get_peft_model
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        from . import repro
+        from .training.run import _fix_special_tokens
+
+        model = AutoModelForCausalLM.from_pretrained(str(base_dir), dtype=torch.float32)
+        n_layers = model.config.num_hidden_layers
+        if max(layers) >= n_layers:
+            raise ValueError(f"layers {list(layers)}: the model has {n_layers} decoder layers (0..{n_layers - 1})")
+        tok = _fix_special_tokens(AutoTokenizer.from_pretrained(str(base_dir)), model)
+        repro.seed_everything(tcfg.seed)  # the LoRA init draws from torch's generator
+        lora = tcfg.lora
+        model = get_peft_model(model, LoraConfig(r=lora.r, lora_alpha=lora.alpha, lora_dropout=lora.dropout,
+                                                 target_modules=list(lora.target_modules), bias="none",
+                                                 task_type="CAUSAL_LM", layers_to_transform=list(layers)))
+    else:
+        model, tok = _load_model(base_dir, tcfg, "torch")
+    examples = sft_examples(rows, prompt)
+    lengths = [len(ids) for ids, _ in tokenize_examples(tok, examples)]
+    keep = [ex for ex, n in zip(examples, lengths) if n <= tcfg.sft.max_length]
+    if len(keep) < len(examples):
+        note(f"consolidation: {len(examples) - len(keep)} of {len(examples)} rows are longer than "
+             f"max_length={tcfg.sft.max_length} tokens and were left out")
+    folder.mkdir(parents=True, exist_ok=True)
+    bf16 = _bf16_ok(tcfg.sft.bf16)
+    metrics = train_lora(model, tok, keep, steps=tcfg.sft.max_steps, batch_size=tcfg.sft.batch_size,
+                         learning_rate=tcfg.sft.learning_rate, warmup_ratio=tcfg.sft.warmup_ratio,
+                         weight_decay=tcfg.sft.weight_decay, seed=tcfg.seed, bf16=bf16, log_path=folder / "log.csv",
+                         progress=progress)
+    meta = {"format": STAGE_FORMAT, "role": "answer", "stage": "consolidation", "trainer": "shared-prefix",
+            "lora": dataclasses.asdict(tcfg.lora), "layers": list(layers), "sft": dataclasses.asdict(tcfg.sft), "seed": tcfg.seed,
+            "prompt": prompt.to_dict(), "n_rows": len(keep), "rows": rows_hash(rows), "bf16": bf16,
+            "train_metrics": metrics, "written_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+    _finish_adapter(model, folder, meta)
+    return metrics
+
+
 # ------------------------------------------------------------------------------------------------
 @dataclass
 class ConsolidationResult:
@@ -375,6 +453,7 @@ class ConsolidationResult:
     eval: list[dict] = field(default_factory=list)
     negatives_eval: list[dict] = field(default_factory=list)
     skipped: str | None = None
+    train_metrics: dict = field(default_factory=dict)
 
     def summary(self) -> dict:
         return {"version": self.version, "adapter": None if self.adapter is None else str(self.adapter),
@@ -447,8 +526,12 @@ def consolidate(m: Any, config: ConsolidationConfig | None = None, *, root: str 
                        grpo=None, n_eval=0, threads=cfg.threads)
     prompt = m.prompt_spec("answer")
     t_train = time.perf_counter()
-    res = train_stage("sft", tcfg, rows, folder, base_dir=base_model_dir(m.config.models_root), prompt=prompt,
-                      data_hashes={"consolidation": rows_hash(rows)}, progress=progress, note=note)
+    if cfg.trainer == "prefix":
+        metrics = _train_shared_prefix(tcfg, rows, folder, base_dir=base_model_dir(m.config.models_root),
+                                       prompt=prompt, layers=cfg.layers, progress=progress, note=note)
+    else:
+        metrics = train_stage("sft", tcfg, rows, folder, base_dir=base_model_dir(m.config.models_root), prompt=prompt,
+                              data_hashes={"consolidation": rows_hash(rows)}, progress=progress, note=note).metrics
     train_seconds = time.perf_counter() - t_train
     import shutil
 
@@ -467,13 +550,14 @@ def consolidate(m: Any, config: ConsolidationConfig | None = None, *, root: str 
     for r in rows:
         kinds[r["kind"]] = kinds.get(r["kind"], 0) + 1
     result = ConsolidationResult(version, folder, after, before, facts, kinds, time.perf_counter() - t0,
-                                 train_seconds, _dir_bytes(folder), changed, data["eval"], data["negatives_eval"])
+                                 train_seconds, _dir_bytes(folder), changed, data["eval"], data["negatives_eval"],
+                                 train_metrics=metrics)
     from . import repro
 
     record = {"format": FORMAT, "version": version, "config": cfg.to_dict(), "prompt": prompt.to_dict(),
               "facts": [{k: f[k] for k in ("id", "subject", "relation", "object", "strength", "uses", "sources")}
                         for f in facts], "eval": data["eval"], "negatives_eval": data["negatives_eval"],
-              "train_metrics": res.metrics, **result.summary(), "git_sha": repro.git_sha(),
+              "train_metrics": metrics, **result.summary(), "git_sha": repro.git_sha(),
               "written_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
     repro.atomic_write_text(folder / "consolidation.json", json.dumps(record, indent=1, default=str))
     return result

@@ -62,6 +62,10 @@ def _use(g: LiquidGraph, subject: str, times: int) -> None:
     ({"statements_per_fact": 3}, "statement_templates"),
     ({"threads": 0}, "threads"),
     ({"every_n_observations": True}, "every_n_observations"),  # a bool is not a count
+    ({"trainer": "deepspeed"}, "trainer"),               # prefix | trl
+    ({"layers": (-1,)}, "layers"),
+    ({"layers": "12"}, "layers"),                        # a string is not a list of layer indices
+    ({"layers": (12,), "trainer": "trl"}, "trainer='prefix'"),
 ])
 def test_bad_config_values_are_clear_errors(kw, word):
     with pytest.raises(ValueError, match=word.replace("{", r"\{").replace("}", r"\}")):
@@ -71,6 +75,7 @@ def test_bad_config_values_are_clear_errors(kw, word):
 def test_config_to_dict_is_json():
     d = ConsolidationConfig().to_dict()
     assert json.loads(json.dumps(d)) == d and d["after"] == "demote"
+    assert ConsolidationConfig(layers=[20, 12, 20]).layers == (12, 20)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -128,6 +133,22 @@ def test_fact_questions_use_world_templates_when_known():
     assert fact_questions("Blorps", "eat")[0] == "What do Blorps eat?"
     generic = fact_questions("Blorps", "eat", ConsolidationConfig(world_templates=False))
     assert generic[0] == "What does Blorps eat?"
+
+
+def test_generic_too_adds_paraphrases_but_never_the_held_out_question():
+    g = _graph()
+    facts = [f for f in select_facts(g, ConsolidationConfig(min_strength=0.0, min_uses=0)) if f["relation"] == "eat"]
+    plain = ConsolidationConfig(questions_per_fact=8, statements_per_fact=0, negatives_ratio=0.0, open_book_ratio=0.0)
+    more = ConsolidationConfig(questions_per_fact=8, statements_per_fact=0, negatives_ratio=0.0, open_book_ratio=0.0,
+                               generic_too=True)
+    a, b = render_examples(facts, plain), render_examples(facts, more)
+    assert a["eval"] == b["eval"] == [{"question": "Which food do Blorps live on?", "aliases": ["frozen lemons"],
+                                       "subject": "Blorps", "relation": "eat", "object": "frozen lemons",
+                                       "edge": facts[0]["id"]}]
+    qa, qb = {r["input"] for r in a["rows"]}, {r["input"] for r in b["rows"]}
+    assert qa == {"What do Blorps eat?", "What is the diet of Blorps?", "What do Blorps feed on?"}
+    assert qb == qa | {"What does Blorps eat?", "Blorps eat what?", "Tell me what Blorps eat.",
+                       "Do you know what Blorps eat?"}
 
 
 # ------------------------------------------------------------------------------------------------

@@ -155,6 +155,7 @@ def run(m: Any, facts: Sequence[dict], config: Any, *, root: str | Path, uses: i
          f"ppl {before['perplexity']:.2f} ({time.perf_counter() - t:.0f} s)")
     res = consolidate(m, config, root=root, note=note)
     out["consolidation"] = res.summary()
+    out["train_metrics"] = res.train_metrics
     if res.skipped:
         out["before"] = before
         return out
