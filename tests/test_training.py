@@ -21,13 +21,12 @@ import time
 from pathlib import Path
 
 import pytest
+from fakes import make_tiny_llama
 
 from mags_lib.data import GenerationConfig, generate_role_splits
 from mags_lib.roles import ROLE_SPECS
 from mags_lib.training import GRPOConfig, LoraSpec, SFTConfig, TrainConfig
 from mags_lib.training.run import _select_hard, _token_lengths, sft_examples, train_stage
-
-from fakes import make_tiny_llama
 
 ROOT = Path(__file__).resolve().parents[1]
 

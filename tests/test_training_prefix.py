@@ -10,11 +10,16 @@ from __future__ import annotations
 import csv
 
 import pytest
-
 from fakes import make_tiny_llama
+
 from mags_lib.roles import ROLE_SPECS
-from mags_lib.training.prefix import (batch_loss, batch_loss_per_row, common_prefix_len, tokenize_examples,
-                                      train_lora)
+from mags_lib.training.prefix import (
+    batch_loss,
+    batch_loss_per_row,
+    common_prefix_len,
+    tokenize_examples,
+    train_lora,
+)
 from mags_lib.training.run import sft_examples
 
 
@@ -95,7 +100,7 @@ def test_single_row_and_rows_without_a_common_prefix(tiny):
 def test_train_lora_equals_per_row_training_lowers_the_loss_and_logs_every_step(tiny, tmp_path, monkeypatch):
     import torch
 
-    import mags_lib.training.prefix as prefix
+    from mags_lib.training import prefix
 
     fresh, tok = tiny
     examples = sft_examples(ROWS, ROLE_SPECS["answer"].base)

@@ -14,17 +14,28 @@ few times so that it is solidified and passes the selection. Then, before and af
 * interference: perplexity on a fixed held-out text, the answer role's accuracy on generated reader
   examples (memory in the prompt), with and without the adapter;
 * wall time and adapter size of the consolidation.
+
+``python -m mags_lib.bench.consolidation`` compares the two consolidation trainers on the same rows
+(:func:`trainer_speed`: TRL's ``SFTTrainer`` against :mod:`mags_lib.training.prefix`, and the prefix
+trainer with the adapter on the upper half of the layers) and writes ``results/bench/consolidation_trainers.json``.
 """
 
 from __future__ import annotations
 
+import argparse
+import csv
+import json
 import math
+import os
+import platform
+import sys
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-__all__ = ["HELD_OUT_TEXT", "answer_role_accuracy", "build_memory", "perplexity", "run", "scenario_facts"]
+__all__ = ["HELD_OUT_TEXT", "answer_role_accuracy", "build_memory", "main", "perplexity", "run", "scenario_facts",
+           "trainer_speed"]
 
 HELD_OUT_TEXT = (
     "The kettle started to whistle, so she poured the water over the tea leaves and waited a few minutes.",
@@ -125,8 +136,10 @@ def answer_role_accuracy(m: Any, n: int = 20, seed: int = 0) -> dict:
 def _open_book(m: Any, questions: Sequence[dict]) -> dict:
     from ..metrics import answer_correct
 
+    from tqdm.auto import tqdm
+
     ok, tokens = [], []
-    for q in questions:
+    for q in tqdm(questions, desc="open-book", leave=False):
         a = m.ask(q["question"])
         ok.append(bool(answer_correct(a.answer, q["aliases"])))
         tokens.append(a.memory_tokens)
@@ -137,6 +150,8 @@ def _open_book(m: Any, questions: Sequence[dict]) -> dict:
 def run(m: Any, facts: Sequence[dict], config: Any, *, root: str | Path, uses: int = 2, n_answer: int = 20,
         n_open: int = 20, seed: int = 0, note: Callable[[str], None] = print) -> dict:
     """The whole measurement on agent ``m`` (fresh memory; transformers backend); returns the metrics."""
+    from tqdm.auto import tqdm
+
     from ..consolidation import closed_book_accuracy, consolidate, eval_questions, select_facts
 
     out: dict[str, Any] = {"n_facts_in_memory": len(facts)}
@@ -148,20 +163,20 @@ def run(m: Any, facts: Sequence[dict], config: Any, *, root: str | Path, uses: i
     changed = [q for q in questions if by_key.get((q["subject"].lower(), q["relation"].lower()), {}).get("new_object")]
     rng_open = questions[:n_open]
     t = time.perf_counter()
-    before = {"closed_book": closed_book_accuracy(m, questions), "open_book": _open_book(m, rng_open),
+    before = {"closed_book": closed_book_accuracy(m, questions, progress=True), "open_book": _open_book(m, rng_open),
               "graph": m.graph.stats(), "perplexity": perplexity(m),
               "answer_role": answer_role_accuracy(m, n_answer, seed)}
     note(f"before: closed-book {before['closed_book']['accuracy']:.2f}, open-book {before['open_book']['accuracy']:.2f}, "
          f"ppl {before['perplexity']:.2f} ({time.perf_counter() - t:.0f} s)")
-    res = consolidate(m, config, root=root, note=note)
+    res = consolidate(m, config, root=root, note=note, progress=True)
     out["consolidation"] = res.summary()
     out["train_metrics"] = res.train_metrics
     if res.skipped:
         out["before"] = before
         return out
     negatives = res.negatives_eval
-    after = {"closed_book": closed_book_accuracy(m, questions), "open_book": _open_book(m, rng_open),
-             "negatives": closed_book_accuracy(m, negatives), "graph": m.graph.stats(), "perplexity": perplexity(m),
+    after = {"closed_book": closed_book_accuracy(m, questions, progress=True), "open_book": _open_book(m, rng_open),
+             "negatives": closed_book_accuracy(m, negatives, progress=True, desc="negatives"), "graph": m.graph.stats(), "perplexity": perplexity(m),
              "answer_role": answer_role_accuracy(m, n_answer, seed)}
     before["negatives"] = None
     out.update(before=before, after=after)
@@ -170,7 +185,7 @@ def run(m: Any, facts: Sequence[dict], config: Any, *, root: str | Path, uses: i
     for q in changed:
         new = by_key[(q["subject"].lower(), q["relation"].lower())]["new_object"]
         m.graph.engram([(q["subject"], q["relation"], new)], source="update")
-    for q in changed:
+    for q in tqdm(changed, desc="changed facts", leave=False):
         new = by_key[(q["subject"].lower(), q["relation"].lower())]["new_object"]
         a_open = m.ask(q["question"]).answer
         a_closed = m.ask(q["question"], recall=False).answer
@@ -189,3 +204,84 @@ def run(m: Any, facts: Sequence[dict], config: Any, *, root: str | Path, uses: i
     m.rollback(res.previous_snapshot)
     out["rollback_restores_no_adapter"] = m.consolidated is None
     return out
+
+
+def trainer_speed(*, n_facts: int = 100, steps: int = 10, batch_size: int = 8, threads: int = 2, seed: int = 0,
+                  note: Callable[[str], None] = print) -> dict:
+    """Seconds per optimizer step of the consolidation trainers on the same rows (notebook 45's rendering
+    of ``n_facts`` scenario facts): ``trl`` (TRL ``SFTTrainer`` through ``training.train_stage``), ``prefix``
+    (:func:`mags_lib.training.prefix.train_lora`, every layer adapted) and ``prefix_upper`` (the adapter
+    on the upper half of the decoder layers). Wall time of the training call (model load included) and
+    the trainer's own time; tokens run through the model against the rows' tokens."""
+    import tempfile
+
+    import torch
+
+    from ..consolidation import ConsolidationConfig, _train_shared_prefix, render_examples
+    from ..models import base_model_dir
+    from ..roles import ROLE_SPECS
+    from ..training import LoraSpec, SFTConfig, TrainConfig, train_stage
+    from ..training.run import rows_hash
+
+    torch.set_num_threads(threads)
+    facts = [dict(f, id=i) for i, f in enumerate(scenario_facts("default", seed=seed, n_scenarios=60)[:n_facts])]
+    cfg = ConsolidationConfig(min_strength=0.0, max_facts=n_facts, questions_per_fact=2, statements_per_fact=1,
+                              negatives_ratio=0.25, open_book_ratio=0.25, seed=seed)
+    rows = render_examples(facts, cfg)["rows"]
+    base, prompt = base_model_dir(), ROLE_SPECS["answer"].base
+    tcfg = TrainConfig(role="answer", profile="default", seed=seed,
+                       lora=LoraSpec(r=cfg.lora_r, alpha=cfg.lora_alpha, target_modules=cfg.target_modules),
+                       sft=SFTConfig(max_steps=steps, batch_size=batch_size, learning_rate=cfg.learning_rate,
+                                     max_length=cfg.max_length, n_generated=0, save_steps=steps, save_total_limit=1,
+                                     warmup_ratio=0.0, group_by_length=False),
+                       grpo=None, n_eval=0, threads=threads)
+    out: dict[str, Any] = {"n_rows": len(rows), "steps": steps, "batch_size": batch_size, "threads": threads,
+                           "machine": {"cpus": os.cpu_count(), "processor": platform.processor(),
+                                       "platform": platform.platform()}, "trainers": {}}
+    with tempfile.TemporaryDirectory() as tmp:
+        n_layers = None
+        for name in ("trl", "prefix", "prefix_upper"):
+            t = time.perf_counter()
+            if name == "trl":
+                train_stage("sft", tcfg, rows, Path(tmp) / name, base_dir=base, prompt=prompt,
+                            data_hashes={"c": rows_hash(rows)}, progress=False, note=note)
+                with open(Path(tmp) / name / "log.csv") as f:
+                    log = list(csv.DictReader(f))
+                rec = {"wall_s": round(time.perf_counter() - t, 2),
+                       "train_s": round(sum(float(r["seconds"]) for r in log), 2),
+                       "tokens": int(float(log[-1]["num_tokens"])), "layers": "all"}
+            else:
+                if n_layers is None:
+                    from transformers import AutoConfig
+
+                    n_layers = AutoConfig.from_pretrained(str(base)).num_hidden_layers
+                layers = tuple(range(n_layers // 2, n_layers)) if name == "prefix_upper" else ()
+                m = _train_shared_prefix(tcfg, rows, Path(tmp) / name, base_dir=base, prompt=prompt, layers=layers,
+                                         progress=False, note=note)
+                rec = {"wall_s": round(time.perf_counter() - t, 2), "train_s": m["seconds"], "tokens": m["tokens"],
+                       "tokens_plain": m["tokens_plain"], "layers": list(layers) or "all"}
+            rec["s_per_step"] = round(rec["train_s"] / steps, 3)
+            out["trainers"][name] = rec
+            note(f"{name}: {rec}")
+    return out
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Command line: the trainer comparison (see the module docstring)."""
+    p = argparse.ArgumentParser(prog="python -m mags_lib.bench.consolidation",
+                                description="Seconds per step of the consolidation trainers on the same rows.")
+    p.add_argument("--steps", type=int, default=10)
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--n-facts", type=int, default=100)
+    p.add_argument("--out", default="results/bench")
+    a = p.parse_args(argv)
+    res = trainer_speed(n_facts=a.n_facts, steps=a.steps, threads=a.threads)
+    out = Path(a.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "consolidation_trainers.json").write_text(json.dumps(res, indent=1) + "\n")
+    print(json.dumps(res["trainers"], indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
