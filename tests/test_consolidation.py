@@ -138,7 +138,8 @@ def test_fact_questions_use_world_templates_when_known():
 def test_generic_too_adds_paraphrases_but_never_the_held_out_question():
     g = _graph()
     facts = [f for f in select_facts(g, ConsolidationConfig(min_strength=0.0, min_uses=0)) if f["relation"] == "eat"]
-    plain = ConsolidationConfig(questions_per_fact=8, statements_per_fact=0, negatives_ratio=0.0, open_book_ratio=0.0)
+    plain = ConsolidationConfig(questions_per_fact=8, statements_per_fact=0, negatives_ratio=0.0, open_book_ratio=0.0,
+                                generic_too=False)
     more = ConsolidationConfig(questions_per_fact=8, statements_per_fact=0, negatives_ratio=0.0, open_book_ratio=0.0,
                                generic_too=True)
     a, b = render_examples(facts, plain), render_examples(facts, more)
@@ -235,7 +236,7 @@ def test_tiny_consolidation_raises_closed_book_accuracy_and_rollback_restores(tm
     m = MAGS(MAGSConfig(backend="transformers", embedder="hash", n_threads=1, max_new_tokens_answer=16),
              graph=_graph(FACTS[:3]))
     cfg = ConsolidationConfig(min_strength=0.0, min_uses=0, holdout_template=False, questions_per_fact=2,
-                              statements_per_fact=0, negatives_ratio=0.34, open_book_ratio=0.0, max_steps=16,
+                              generic_too=False, statements_per_fact=0, negatives_ratio=0.34, open_book_ratio=0.0, max_steps=16,
                               batch_size=4, learning_rate=3e-3, after="prune")
     facts = select_facts(m.graph, cfg)
     questions = render_examples(facts, cfg)["eval"]
