@@ -392,45 +392,24 @@ def _train_shared_prefix(tcfg: Any, rows: Sequence[dict], folder: Path, *, base_
     adapter, ``log.csv`` and a stage ``meta.json``, written last)."""
     import torch
 
-    from .training.prefix import tokenize_examples, train_lora
+    from .training.prefix import train_lora
     from .training.run import STAGE_FORMAT, _bf16_ok, _finish_adapter, _load_model, rows_hash, sft_examples
 
     if tcfg.threads:
         torch.set_num_threads(tcfg.threads)
-    if layers:
-        from peft import LoraConfig, get_peft_model
-        from transformers import AutoModelForCausalLM, AutoTokenizer
-
-        from . import repro
-        from .training.run import _fix_special_tokens
-
-        model = AutoModelForCausalLM.from_pretrained(str(base_dir), dtype=torch.float32)
-        n_layers = model.config.num_hidden_layers
-        if max(layers) >= n_layers:
-            raise ValueError(f"layers {list(layers)}: the model has {n_layers} decoder layers (0..{n_layers - 1})")
-        tok = _fix_special_tokens(AutoTokenizer.from_pretrained(str(base_dir)), model)
-        repro.seed_everything(tcfg.seed)  # the LoRA init draws from torch's generator
-        lora = tcfg.lora
-        model = get_peft_model(model, LoraConfig(r=lora.r, lora_alpha=lora.alpha, lora_dropout=lora.dropout,
-                                                 target_modules=list(lora.target_modules), bias="none",
-                                                 task_type="CAUSAL_LM", layers_to_transform=list(layers)))
-    else:
-        model, tok = _load_model(base_dir, tcfg, "torch")
-    examples = sft_examples(rows, prompt)
-    lengths = [len(ids) for ids, _ in tokenize_examples(tok, examples)]
-    keep = [ex for ex, n in zip(examples, lengths) if n <= tcfg.sft.max_length]
-    if len(keep) < len(examples):
-        note(f"consolidation: {len(examples) - len(keep)} of {len(examples)} rows are longer than "
-             f"max_length={tcfg.sft.max_length} tokens and were left out")
+    model, tok = _load_model(base_dir, tcfg, "torch", layers=layers)
     folder.mkdir(parents=True, exist_ok=True)
     bf16 = _bf16_ok(tcfg.sft.bf16)
-    metrics = train_lora(model, tok, keep, steps=tcfg.sft.max_steps, batch_size=tcfg.sft.batch_size,
-                         learning_rate=tcfg.sft.learning_rate, warmup_ratio=tcfg.sft.warmup_ratio,
-                         weight_decay=tcfg.sft.weight_decay, seed=tcfg.seed, bf16=bf16, log_path=folder / "log.csv",
-                         progress=progress)
+    metrics = train_lora(model, tok, sft_examples(rows, prompt), steps=tcfg.sft.max_steps,
+                         batch_size=tcfg.sft.batch_size, learning_rate=tcfg.sft.learning_rate,
+                         warmup_ratio=tcfg.sft.warmup_ratio, weight_decay=tcfg.sft.weight_decay, seed=tcfg.seed,
+                         bf16=bf16, max_length=tcfg.sft.max_length, log_path=folder / "log.csv", progress=progress)
+    if metrics["n_dropped"]:
+        note(f"consolidation: {metrics['n_dropped']} of {len(rows)} rows are longer than "
+             f"max_length={tcfg.sft.max_length} tokens and were left out")
     meta = {"format": STAGE_FORMAT, "role": "answer", "stage": "consolidation", "trainer": "shared-prefix",
             "lora": dataclasses.asdict(tcfg.lora), "layers": list(layers), "sft": dataclasses.asdict(tcfg.sft), "seed": tcfg.seed,
-            "prompt": prompt.to_dict(), "n_rows": len(keep), "rows": rows_hash(rows), "bf16": bf16,
+            "prompt": prompt.to_dict(), "n_rows": len(rows) - metrics["n_dropped"], "rows": rows_hash(rows), "bf16": bf16,
             "train_metrics": metrics, "written_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
     _finish_adapter(model, folder, meta)
     return metrics

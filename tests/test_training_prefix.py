@@ -135,6 +135,12 @@ def test_train_lora_equals_per_row_training_lowers_the_loss_and_logs_every_step(
     stopped = train_lora(fresh(), tok, examples, steps=12, batch_size=2, learning_rate=3e-2, seed=0,
                          progress=False, should_stop=lambda s: s >= 3)
     assert stopped["steps"] == 3
+    longest = max(len(ids) for ids, _ in data)
+    short = train_lora(fresh(), tok, examples, steps=2, batch_size=2, learning_rate=3e-2, seed=0, progress=False,
+                       max_length=longest - 1)
+    assert short["n_dropped"] == sum(len(ids) == longest for ids, _ in data) >= 1
+    with pytest.raises(ValueError, match="max_length=5"):
+        train_lora(fresh(), tok, examples, steps=2, batch_size=2, learning_rate=3e-2, progress=False, max_length=5)
 
 
 def test_a_completion_that_cannot_be_separated_is_a_clear_error(tiny):

@@ -73,6 +73,12 @@ def _parts(model: Any):
     return lm.model, lm.lm_head
 
 
+def _shared_len(batch: Sequence[tuple[list[int], int]]) -> int:
+    """How many leading tokens of ``batch`` run once: the common prefix, stopped before every row's last
+    prompt token (whose output predicts the first completion token)."""
+    return min(common_prefix_len([ids for ids, _ in batch]), min(n_p for _, n_p in batch) - 1)
+
+
 def _targets(batch: Sequence[tuple[list[int], int]], start: int):
     """Row index, position within the suffix (from ``start``) and target token of every completion token."""
     rows, cols, tgt = [], [], []
@@ -94,7 +100,7 @@ def batch_loss(model: Any, batch: Sequence[tuple[list[int], int]], pad_id: int) 
     import torch.nn.functional as F
 
     inner, head = _parts(model)
-    c = min(common_prefix_len([ids for ids, _ in batch]), min(n_p for _, n_p in batch) - 1)
+    c = _shared_len(batch)
     n = len(batch)
     cache = None
     if c > 0:
@@ -139,7 +145,7 @@ def _lr_at(step: int, steps: int, peak: float, warmup: int) -> float:
 
 def train_lora(model: Any, tok: Any, examples: Sequence[dict], *, steps: int, batch_size: int,
                learning_rate: float, warmup_ratio: float = 0.0, weight_decay: float = 0.0, max_grad_norm: float = 1.0,
-               seed: int = 0, bf16: bool = False, log_path: str | Path | None = None, progress: bool = True,
+               seed: int = 0, bf16: bool = False, max_length: int | None = None, log_path: str | Path | None = None, progress: bool = True,
                should_stop: Callable[[int], bool] | None = None) -> dict:
     """Train the trainable parameters of ``model`` (a PEFT LoRA) on ``examples`` for ``steps`` optimizer steps.
 
@@ -149,6 +155,8 @@ def train_lora(model: Any, tok: Any, examples: Sequence[dict], *, steps: int, ba
         Conversational prompt-completion examples (:func:`mags_lib.training.sft_examples`).
     steps, batch_size : int
         Optimizer steps of ``batch_size`` rows; the rows are cycled, reshuffled each epoch (seeded).
+    max_length : int, optional
+        Rows longer than this many tokens are left out (counted in ``n_dropped``).
     bf16 : bool
         Autocast the forward pass to bf16 (only where the CPU computes in bf16; see ``run._bf16_ok``).
     log_path : path, optional
@@ -161,7 +169,7 @@ def train_lora(model: Any, tok: Any, examples: Sequence[dict], *, steps: int, ba
     -------
     dict
         ``steps``, ``loss_first``, ``loss_last`` (mean of the last 5 steps), ``tokens`` (run through the
-        model), ``tokens_per_row_plain`` (what a per-row trainer would run), ``seconds``,
+        model), ``tokens_plain`` (what a per-row trainer would run), ``n_dropped`` (rows over ``max_length``), ``seconds``,
         ``tokens_per_s``, ``rows_per_s``.
     """
     import numpy as np
@@ -169,8 +177,11 @@ def train_lora(model: Any, tok: Any, examples: Sequence[dict], *, steps: int, ba
     from tqdm.auto import tqdm
 
     data = tokenize_examples(tok, examples)
+    n_all = len(data)
+    if max_length is not None:
+        data = [d for d in data if len(d[0]) <= max_length]
     if not data:
-        raise ValueError("no training examples")
+        raise ValueError(f"no training examples ({n_all} given, none of at most max_length={max_length} tokens)")
     pad_id = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
     params = [p for p in model.parameters() if p.requires_grad]
     if not params:
@@ -209,7 +220,7 @@ def train_lora(model: Any, tok: Any, examples: Sequence[dict], *, steps: int, ba
             if max_grad_norm:
                 torch.nn.utils.clip_grad_norm_(params, max_grad_norm)
             opt.step()
-            c = min(common_prefix_len([ids for ids, _ in batch]), min(n_p for _, n_p in batch) - 1)
+            c = _shared_len(batch)
             run_tokens = c + sum(len(ids) - c for ids, _ in batch)
             tokens += run_tokens
             plain += sum(len(ids) for ids, _ in batch)
@@ -232,4 +243,5 @@ def train_lora(model: Any, tok: Any, examples: Sequence[dict], *, steps: int, ba
     tail = losses[-5:]
     return {"steps": done, "loss_first": losses[0], "loss_last": sum(tail) / len(tail), "tokens": tokens,
             "tokens_plain": plain, "seconds": round(seconds, 2), "tokens_per_s": round(tokens / seconds, 1),
-            "rows_per_s": round(done * batch_size / seconds, 2), "epochs": round(done * batch_size / len(data), 2)}
+            "rows_per_s": round(done * batch_size / seconds, 2), "epochs": round(done * batch_size / len(data), 2),
+            "n_dropped": n_all - len(data)}

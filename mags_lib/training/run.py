@@ -74,8 +74,10 @@ def pick_backend(prefer: str = "auto") -> str:
     return "torch"
 
 
-def _load_model(base_dir: Path, cfg: TrainConfig, backend: str, *, adapter: Path | None = None):
-    """The base model with a trainable LoRA (new, or ``adapter`` loaded to continue training)."""
+def _load_model(base_dir: Path, cfg: TrainConfig, backend: str, *, adapter: Path | None = None,
+                layers: Sequence[int] = ()):
+    """The base model with a trainable LoRA (new, or ``adapter`` loaded to continue training); ``layers``: a
+    new LoRA on those decoder layers only (torch backend; empty: every layer)."""
     import torch
 
     lora = cfg.lora
@@ -99,13 +101,17 @@ def _load_model(base_dir: Path, cfg: TrainConfig, backend: str, *, adapter: Path
 
     model = AutoModelForCausalLM.from_pretrained(str(base_dir), dtype=torch.float32)
     tok = _fix_special_tokens(AutoTokenizer.from_pretrained(str(base_dir)), model)
+    n_layers = model.config.num_hidden_layers
+    if layers and max(layers) >= n_layers:
+        raise ValueError(f"layers {list(layers)}: the model has {n_layers} decoder layers (0..{n_layers - 1})")
     if adapter is not None:
         model = PeftModel.from_pretrained(model, str(adapter), is_trainable=True)
     else:
         repro.seed_everything(cfg.seed)  # the LoRA init draws from torch's generator
         model = get_peft_model(model, LoraConfig(r=lora.r, lora_alpha=lora.alpha, lora_dropout=lora.dropout,
                                                  target_modules=list(lora.target_modules), bias="none",
-                                                 task_type="CAUSAL_LM"))
+                                                 task_type="CAUSAL_LM",
+                                                 layers_to_transform=list(layers) if layers else None))
     return model, tok
 
 
