@@ -639,14 +639,14 @@ def _select_hard(rows: list[dict], cfg: TrainConfig, base_dir: Path, adapter: Pa
     rng = np.random.default_rng([cfg.seed, 3])
     if len(rows) <= n:
         return rows
-    b = TransformersBackend(str(adapter))
+    b = TransformersBackend(str(adapter), device="cuda" if torch.cuda.is_available() else "cpu")
     try:
         losses = []
         for r in rows:
             msgs = _messages(r, prompt)
             p_ids = _chat_ids(b.tokenizer, msgs, add_generation_prompt=True)
             full = _chat_ids(b.tokenizer, msgs + [{"role": "assistant", "content": r["response"]}])
-            ids = torch.tensor([full])
+            ids = torch.tensor([full], device=b.device)
             with torch.inference_mode():
                 logits = b.model(input_ids=ids, logits_to_keep=len(full) - len(p_ids) + 1).logits[0, :-1]
             target = ids[0, len(p_ids):]
@@ -705,7 +705,7 @@ def grpo_pool(config: TrainConfig, data: dict, *, progress: bool = False) -> lis
 def train_role(role: str, *, run_tag: str, config: TrainConfig, data: dict | None = None,
                models_root: str | Path | None = None, data_root: str | Path | None = None,
                backend: str = "auto", progress: bool = True, note: Callable[[str], None] = print,
-               warm_start: str | None = None) -> dict:
+               warm_start: str | None = None, callbacks: Sequence = ()) -> dict:
     """Warm start then GRPO for ``role`` into ``models/<role>/<run_tag>/``; returns the run's meta.
 
     Stages already finished with the same content are skipped; an interrupted stage resumes from its
@@ -713,7 +713,9 @@ def train_role(role: str, *, run_tag: str, config: TrainConfig, data: dict | Non
     run tag of a finished run of this role whose warm start has the same content; it is copied, not
     retrained (variants of the GRPO stage then differ in nothing else). When the GRPO rewards include
     an outcome reward (``outcome_write`` / ``outcome_ask``), GRPO's prompts are mini-scenarios of the
-    training worlds (:func:`mags_lib.data.outcome.build_outcome_rows`), never held-out ones.
+    training worlds (:func:`mags_lib.data.outcome.build_outcome_rows`), never held-out ones. ``callbacks``:
+    extra trainer callbacks for both stages (progress displays, a time limit); when one stops the warm start
+    early, GRPO is not started (it needs the finished warm start) and the run's meta says so.
     """
     from ..models import base_model_dir
 
@@ -734,9 +736,13 @@ def train_role(role: str, *, run_tag: str, config: TrainConfig, data: dict | Non
         reuse_warm_start(run_dir(role, warm_start, models_root) / "sft", folder / "sft", config_hash(ident), note)
     results = {}
     results["sft"] = train_stage("sft", config, rows, folder / "sft", base_dir=base_dir, prompt=prompt,
-                                 data_hashes=data["hashes"], backend=backend, progress=progress, note=note)
+                                 data_hashes=data["hashes"], backend=backend, progress=progress, note=note,
+                                 callbacks=callbacks)
     _write_run_meta(folder, config, results, data["hashes"], base_dir, prompt, time.perf_counter() - t0)
-    if config.grpo is not None:
+    if config.grpo is not None and results["sft"].steps < config.sft.max_steps and not results["sft"].skipped:
+        note(f"{role}: the warm start stopped at step {results['sft'].steps} of {config.sft.max_steps}; GRPO not "
+             "started (run again to resume)")
+    elif config.grpo is not None:
         import numpy as np
 
         g = config.grpo
@@ -757,7 +763,7 @@ def train_role(role: str, *, run_tag: str, config: TrainConfig, data: dict | Non
             grpo_data = _cached_selection(folder, cand, config, base_dir, prompt, min(len(cand), need), note)
         results["grpo"] = train_stage("grpo", config, grpo_data, folder / "grpo", base_dir=base_dir, prompt=prompt,
                                       data_hashes=data["hashes"], init_adapter=folder / "sft", backend=backend,
-                                      progress=progress, note=note)
+                                      progress=progress, note=note, callbacks=callbacks)
     return _write_run_meta(folder, config, results, data["hashes"], base_dir, prompt, time.perf_counter() - t0)
 
 
