@@ -51,7 +51,7 @@ from . import protocol as P
 
 __all__ = ["AFTER", "ConsolidationConfig", "ConsolidationResult", "Consolidator", "closed_book_accuracy",
            "consolidate", "eval_questions", "fact_questions", "render_examples", "runtime_adapter",
-           "select_facts"]
+           "select_facts", "train_config"]
 
 AFTER = ("demote", "prune", "keep")
 TRAINERS = ("prefix", "trl")
@@ -386,6 +386,23 @@ def runtime_adapter(adapter_dir: str | Path, backend: str) -> Path:
     raise ValueError(f"consolidation adapters run on the transformers or llama.cpp backends, not {backend!r}")
 
 
+def train_config(cfg: ConsolidationConfig, *, max_steps: int | None = None, batch_size: int | None = None,
+                 threads: int | None = None) -> Any:
+    """The :class:`~mags_lib.training.TrainConfig` a consolidation trains with (either trainer): the answer role's
+    LoRA and a warm-start stage sized by ``cfg``; ``max_steps`` / ``batch_size`` / ``threads`` override it (the
+    trainer comparison of :mod:`mags_lib.bench.consolidation`)."""
+    from .training import LoraSpec, SFTConfig, TrainConfig
+
+    steps = cfg.max_steps if max_steps is None else max_steps
+    return TrainConfig(role="answer", profile="default", seed=cfg.seed,
+                       lora=LoraSpec(r=cfg.lora_r, alpha=cfg.lora_alpha, target_modules=cfg.target_modules),
+                       sft=SFTConfig(max_steps=steps, batch_size=cfg.batch_size if batch_size is None else batch_size,
+                                     learning_rate=cfg.learning_rate, max_length=cfg.max_length, n_generated=0,
+                                     save_steps=max(steps, 1), save_total_limit=1, warmup_ratio=0.0,
+                                     group_by_length=False),
+                       grpo=None, n_eval=0, threads=cfg.threads if threads is None else threads)
+
+
 def _train_shared_prefix(tcfg: Any, rows: Sequence[dict], folder: Path, *, base_dir: Path, prompt: Any,
                          layers: Sequence[int] = (), progress: bool, note: Callable[[str], None]) -> dict:
     """Train the consolidation LoRA with :func:`mags_lib.training.prefix.train_lora` into ``folder`` (the PEFT
@@ -475,7 +492,7 @@ def consolidate(m: Any, config: ConsolidationConfig | None = None, *, root: str 
         When no fact qualifies nothing is trained (``skipped`` says why; the memory is unchanged).
     """
     from .models import base_model_dir
-    from .training import LoraSpec, SFTConfig, TrainConfig, train_stage
+    from .training import train_stage
     from .training.run import rows_hash
 
     cfg = config or ConsolidationConfig()
@@ -497,13 +514,7 @@ def consolidate(m: Any, config: ConsolidationConfig | None = None, *, root: str 
     rows = data["rows"]
     version = _next_version(root)
     folder = root / f"v{version}"
-    tcfg = TrainConfig(role="answer", profile="default", seed=cfg.seed,
-                       lora=LoraSpec(r=cfg.lora_r, alpha=cfg.lora_alpha, target_modules=cfg.target_modules),
-                       sft=SFTConfig(max_steps=cfg.max_steps, batch_size=cfg.batch_size,
-                                     learning_rate=cfg.learning_rate, max_length=cfg.max_length, n_generated=0,
-                                     save_steps=max(cfg.max_steps, 1), save_total_limit=1, warmup_ratio=0.0,
-                                     group_by_length=False),
-                       grpo=None, n_eval=0, threads=cfg.threads)
+    tcfg = train_config(cfg)
     prompt = m.prompt_spec("answer")
     t_train = time.perf_counter()
     if cfg.trainer == "prefix":

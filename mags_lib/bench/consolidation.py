@@ -217,10 +217,10 @@ def trainer_speed(*, n_facts: int = 100, steps: int = 10, batch_size: int = 8, t
 
     import torch
 
-    from ..consolidation import ConsolidationConfig, _train_shared_prefix, render_examples
+    from ..consolidation import ConsolidationConfig, _train_shared_prefix, render_examples, train_config
     from ..models import base_model_dir
     from ..roles import ROLE_SPECS
-    from ..training import LoraSpec, SFTConfig, TrainConfig, train_stage
+    from ..training import train_stage
     from ..training.run import rows_hash
 
     torch.set_num_threads(threads)
@@ -229,12 +229,7 @@ def trainer_speed(*, n_facts: int = 100, steps: int = 10, batch_size: int = 8, t
                               negatives_ratio=0.25, open_book_ratio=0.25, seed=seed)
     rows = render_examples(facts, cfg)["rows"]
     base, prompt = base_model_dir(), ROLE_SPECS["answer"].base
-    tcfg = TrainConfig(role="answer", profile="default", seed=seed,
-                       lora=LoraSpec(r=cfg.lora_r, alpha=cfg.lora_alpha, target_modules=cfg.target_modules),
-                       sft=SFTConfig(max_steps=steps, batch_size=batch_size, learning_rate=cfg.learning_rate,
-                                     max_length=cfg.max_length, n_generated=0, save_steps=steps, save_total_limit=1,
-                                     warmup_ratio=0.0, group_by_length=False),
-                       grpo=None, n_eval=0, threads=threads)
+    tcfg = train_config(cfg, max_steps=steps, batch_size=batch_size, threads=threads)
     out: dict[str, Any] = {"n_rows": len(rows), "steps": steps, "batch_size": batch_size, "threads": threads,
                            "machine": {"cpus": os.cpu_count(), "processor": platform.processor(),
                                        "platform": platform.platform()}, "trainers": {}}
