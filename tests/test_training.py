@@ -229,3 +229,36 @@ def test_a_warm_start_raises_adherence_of_the_real_model(rows, tmp_path):
     after = measure(str(res.folder))
     assert after >= before + 0.3, (before, after)
     assert after >= 0.75, (before, after)
+
+
+def test_a_time_limit_stops_the_warm_start_resumably_and_grpo_waits_for_it(tiny_base, rows, tmp_path, monkeypatch):
+    """``train_role(callbacks=[Deadline(s)])`` (the GPU benchmark's time limit): the warm start stops with a
+    checkpoint, is not marked finished, GRPO is not started on an unfinished warm start; a second call
+    without the limit resumes and finishes both stages."""
+    from datasets import Dataset, DatasetDict
+
+    from mags_lib import models
+    from mags_lib.bench.training_profile import Deadline
+    from mags_lib.training import train_role
+
+    monkeypatch.setattr(models, "base_model_dir", lambda models_root=None, **kw: tiny_base)
+    grpo = GRPOConfig(max_steps=1, prompts_per_step=1, num_generations=2, max_completion_length=8,
+                      rewards={"format": 1.0}, n_prompts=2, select_hard=False)
+    cfg = dataclasses.replace(_tiny_cfg(), grpo=grpo)
+    data = {"gen": DatasetDict({"train": Dataset.from_list(rows["write"]["train"][:12])}), "seed": None,
+            "seed_skipped": None, "hashes": {"t": "1"}}
+    notes: list[str] = []
+    limit = Deadline(0)
+    meta = train_role("write", run_tag="t", config=cfg, data=data, models_root=tmp_path, progress=False,
+                      note=notes.append, callbacks=[limit])
+    assert type(limit).hit
+    assert meta["stages"]["sft"]["steps"] == 1 and "grpo" not in meta["stages"]
+    assert any("GRPO not started" in n for n in notes), notes
+    run = tmp_path / "write" / "t"
+    assert not (run / "sft" / "adapter_model.safetensors").exists()
+    assert (run / "sft" / "checkpoints" / "checkpoint-1" / "meta.json").is_file()
+    meta = train_role("write", run_tag="t", config=cfg, data=data, models_root=tmp_path, progress=False,
+                      note=notes.append)
+    assert meta["stages"]["sft"]["steps"] == 6 and meta["stages"]["sft"]["resumed_from"] == 1
+    assert meta["stages"]["grpo"]["steps"] == 1
+    assert (run / "grpo" / "adapter_model.safetensors").is_file()
