@@ -257,3 +257,18 @@ def test_tiny_consolidation_raises_closed_book_accuracy_and_rollback_restores(tm
     assert m.consolidated == res.adapter
     assert closed_book_accuracy(m, questions[:2])["answers"] == after["answers"][:2]
     m.close()
+
+
+def test_train_config_mirrors_the_consolidation_config_and_takes_overrides():
+    """One TrainConfig for consolidate and for the trainer comparison (bench.consolidation)."""
+    from mags_lib.consolidation import train_config
+
+    cfg = ConsolidationConfig(lora_r=8, lora_alpha=16, max_steps=12, batch_size=3, learning_rate=1e-3, threads=1)
+    t = train_config(cfg)
+    assert (t.role, t.grpo, t.seed) == ("answer", None, cfg.seed)
+    assert (t.lora.r, t.lora.alpha, t.lora.target_modules) == (8, 16, tuple(cfg.target_modules))
+    assert (t.sft.max_steps, t.sft.batch_size, t.sft.learning_rate, t.sft.max_length) == (12, 3, 1e-3, cfg.max_length)
+    assert (t.sft.n_generated, t.sft.save_steps, t.sft.warmup_ratio, t.threads) == (0, 12, 0.0, 1)
+    o = train_config(cfg, max_steps=5, batch_size=7, threads=2)
+    assert (o.sft.max_steps, o.sft.batch_size, o.sft.save_steps, o.threads) == (5, 7, 5, 2)
+    assert o.lora == t.lora and o.sft.learning_rate == t.sft.learning_rate
