@@ -715,7 +715,7 @@ def train_role(role: str, *, run_tag: str, config: TrainConfig, data: dict | Non
     an outcome reward (``outcome_write`` / ``outcome_ask``), GRPO's prompts are mini-scenarios of the
     training worlds (:func:`mags_lib.data.outcome.build_outcome_rows`), never held-out ones. ``callbacks``:
     extra trainer callbacks for both stages (progress displays, a time limit); when one stops the warm start
-    early, GRPO is not started (it needs the finished warm start) and the run's meta says so.
+    early, GRPO is not started (it needs the finished warm start; the run's meta shows the steps done).
     """
     from ..models import base_model_dir
 
