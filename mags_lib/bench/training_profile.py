@@ -21,7 +21,6 @@ import argparse
 import dataclasses
 import json
 import platform
-import resource
 import sys
 import time
 from pathlib import Path
@@ -93,20 +92,13 @@ def profile_role(role: str, profile: str, run_tag: str, *, backend: str = "auto"
         want = cfg.sft.max_steps if name == "sft" else cfg.grpo.max_steps
         stages[name] = {"steps": st["steps"], "max_steps": want, "finished": st["steps"] >= want,
                         "wall_time_s": st["wall_time_s"]}
-    versions = {}
-    for pkg in ("torch", "transformers", "trl", "peft", "unsloth", "unsloth_zoo"):
-        try:
-            from importlib.metadata import version
-
-            versions[pkg] = version(pkg)
-        except Exception:
-            versions[pkg] = None
+    versions = repro.package_versions(("torch", "transformers", "trl", "peft", "unsloth", "unsloth_zoo"))
     out = {"role": role, "profile": profile, "variant": variant, "run_tag": run_tag, "backend": chosen,
            "device": _device(), "stages": stages, "wall_time_s": round(wall, 1),
            "stopped_by_deadline": bool(callbacks and type(callbacks[0]).hit), "deadline_s": deadline_s,
            "peak_gpu_allocated_gib": round(torch.cuda.max_memory_allocated() / 2**30, 3) if cuda else None,
            "peak_gpu_reserved_gib": round(torch.cuda.max_memory_reserved() / 2**30, 3) if cuda else None,
-           "peak_host_rss_gib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, 3),
+           "peak_host_rss_gib": round(repro.peak_rss_mb() / 1024, 3),
            "error": error, "note": note_text, "config": cfg.to_dict(), "packages": versions,
            "git_sha": repro.git_sha(), "date": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
     return out
