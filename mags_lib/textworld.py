@@ -1559,23 +1559,33 @@ def _unavailable(name: str, base: Mapping[str, Any] | None) -> str | None:
 
 
 def _system_on_game(name: str, scenario: dict, steps: list[Step], entities: list[str], seed: int,
-                    base: Mapping[str, Any] | None) -> tuple[list[dict], float]:
-    """One system, built fresh, through one game's scenario: its records and the wall time."""
+                    base: Mapping[str, Any] | None, save_to: str | None = None) -> tuple[list[dict], float]:
+    """One system, built fresh, through one game's scenario: its records and the wall time (the final
+    memory of a MAGS system is saved to ``save_to`` when given, outside the timed part)."""
     import time as _time
 
     t0 = _time.perf_counter()
     system = make_system(name, entities=entities, steps=steps, seed=seed, **dict(base or {}))
     try:
         rows = run_scenario(system, scenario)
+        took = _time.perf_counter() - t0
+        if save_to is not None and hasattr(system, "save"):
+            system.save(save_to)
     finally:
         if hasattr(system, "close"):
             system.close()
-    return rows, _time.perf_counter() - t0
+    return rows, took
+
+
+def memory_path(root: str | Path, system: str, game: str) -> Path:
+    """Where :func:`state_question_study` saves ``system``'s final memory of ``game`` under ``root``."""
+    return Path(root) / system / game
 
 
 def state_question_study(specs: Sequence[GameSpec], systems: Sequence[str], config: PlayConfig | None = None, *,
                          seed: int = 0, cache_dir: str | Path | None = None, base: Mapping[str, Any] | None = None,
-                         n_jobs: int = 1, progress: bool = True) -> tuple[list[dict], list[dict], dict[str, str]]:
+                         n_jobs: int = 1, progress: bool = True, save_memories: str | Path | None = None,
+                         ) -> tuple[list[dict], list[dict], dict[str, str]]:
     """Play each game once, ask its questions to every system; returns (records, scenarios, skipped).
 
     ``systems`` are names of :data:`SYSTEMS` (an unknown name raises ``ValueError`` before anything
@@ -1586,6 +1596,9 @@ def state_question_study(specs: Sequence[GameSpec], systems: Sequence[str], conf
     Each record carries ``system``, ``rooms``, ``game`` and ``game_seconds``: the wall time of that
     system on that whole game (building it, every observation, every question).
     ``skipped`` maps a system that cannot be built (no trained model yet, a stale export) to the reason.
+    ``save_memories``: save each MAGS system's final memory (after the game's observations and
+    questions) to ``<save_memories>/<system>/<game>/`` (:meth:`mags_lib.MAGS.load` reads it), so a
+    figure or an inspection reuses it instead of playing the game again.
     """
     from joblib import Parallel, delayed
     from tqdm.auto import tqdm
@@ -1605,8 +1618,9 @@ def state_question_study(specs: Sequence[GameSpec], systems: Sequence[str], conf
         games.append((spec, gf, steps, ents, sc))
     tasks = [(g, name) for g in games for name in runnable]
     par = Parallel(n_jobs=n_jobs, return_as="generator")
-    out = par(delayed(_system_on_game)(name, sc, steps, ents, seed, base)
-              for (_, _, steps, ents, sc), name in tasks)
+    out = par(delayed(_system_on_game)(name, sc, steps, ents, seed, base,
+                                       None if save_memories is None else str(memory_path(save_memories, name, gf.name)))
+              for (_, gf, steps, ents, sc), name in tasks)
     records = []
     for ((spec, gf, *_), name), (rows, took) in zip(tasks, tqdm(out, total=len(tasks), desc="systems x games",
                                                                   disable=not progress)):

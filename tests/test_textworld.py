@@ -610,10 +610,20 @@ def test_state_question_study_in_parallel_equals_serial(tmp_path):
     specs = [GameSpec(kind="custom", n_rooms=2, n_objects=3, quest_length=1, seed=s) for s in (2, 3)]
     cfg = T.PlayConfig(n_steps=6, questions=QuestionConfig(ask_every=3, per_round=2))
     base = {"embedder": "hash", "max_new_tokens_answer": 12}
+    saved = tmp_path / "memories"
     runs = [T.state_question_study(specs, ["perfect", "none"], cfg, cache_dir=tmp_path, base=base, n_jobs=n,
-                                   progress=False) for n in (1, 2)]
+                                   progress=False, save_memories=saved if n == 2 else None) for n in (1, 2)]
     (serial, sc1, sk1), (parallel, sc2, sk2) = runs
     assert not sk1 and not sk2 and sc1 == sc2
+    # each MAGS system's final memory of each game was saved (by the worker processes) and loads back;
+    # the perfect memory is no MAGS and saves nothing
+    from mags_lib import MAGS
+
+    assert sorted(p.name for p in saved.iterdir()) == ["none"]
+    for sc in sc2:
+        with MAGS.load(T.memory_path(saved, "none", sc["meta"]["game"])) as m:
+            assert m.n_observations == sum("say" in ev for ev in sc["events"])
+            assert m.n_asks == sum("ask" in ev for ev in sc["events"])
     # game by game, and within a game system by system, in the order given
     order = [(r["game"], r["system"]) for r in serial]
     assert list(dict.fromkeys(order)) == [(s.name, n) for s in specs for n in ("perfect", "none")]
