@@ -37,8 +37,20 @@ covers:
 * the files it declares as inputs (notebook metadata ``{"mags": {"inputs": ["data/raw/*.json",
   "{seed_path}"]}}``: glob patterns relative to the project root, a folder meaning every file
   under it, ``{name}`` replaced by the value of parameter ``name``, its default when not given);
-* the input hashes of all earlier notebooks of the sequence, so a change upstream re-runs what
-  follows.
+* the input hashes of the notebooks it needs (notebook metadata ``{"mags": {"needs":
+  ["20_train_ask_write"]}}``: earlier notebooks whose outputs it reads, every run of a matrix
+  notebook included; a notebook that declares no ``needs`` needs every earlier notebook), so a
+  change upstream re-runs what follows. A need's own hash covers its needs, so the chain is whole.
+
+Parallel runs
+-------------
+``--jobs N`` runs up to ``N`` notebook runs at once, each as soon as every run it needs has finished
+(the runs of a matrix notebook are independent of each other); ``N = 1`` (the default) runs them one
+after the other in name order. Worth it where every notebook keeps to one core, as the smoke profile
+does (one torch thread, one llama.cpp thread): ``--profile smoke --jobs 2`` on a 2-core machine. Each
+relayed line then starts with its run's key. A failure stops new runs from starting; the runs under
+way finish and are recorded, then the failure is raised. Peak memory is the kernel's own process tree
+either way (the kernel writes its pid for the runner).
 
 Progress
 --------
@@ -548,6 +560,40 @@ def notebook_matrix(nb: NotebookInfo, specs: Mapping[str, dict] | None = None) -
     return out
 
 
+def notebook_needs(nb: NotebookInfo, all_nbs: Sequence[NotebookInfo]) -> list[str]:
+    """Names of the earlier notebooks ``nb`` needs (metadata ``{"mags": {"needs": [...]}}``), in order.
+
+    Without a ``needs`` entry a notebook needs every notebook before it in name order. An entry may be
+    a notebook's name or its two-digit number.
+
+    Raises
+    ------
+    PipelineError
+        For a malformed entry, an unknown notebook, or one that does not come before ``nb``.
+    """
+    earlier = [o for o in all_nbs if o.nn < nb.nn or (o.nn == nb.nn and o.name < nb.name)]
+    meta = _nb_metadata(nb)
+    if "needs" not in meta:
+        return [o.name for o in earlier]
+    needs = meta["needs"]
+    where = f"{nb.path.name}: metadata mags.needs"
+    if not isinstance(needs, list) or not all(isinstance(x, str) and x for x in needs):
+        raise PipelineError(f"{where} must be a list of notebook names or numbers, got {needs!r}")
+    out = []
+    for x in needs:
+        hit = [o for o in all_nbs if _match(o, x)]
+        if not hit:
+            raise PipelineError(f"{where} names {x!r}, which is not a notebook of {nb.path.parent}; notebooks: "
+                                f"{', '.join(o.name for o in all_nbs)}")
+        for o in hit:
+            if o not in earlier:
+                raise PipelineError(f"{where} names {o.name}, which does not come before {nb.name}: a notebook "
+                                    "can only need earlier ones (name order is the sequential order)")
+            if o.name not in out:
+                out.append(o.name)
+    return sorted(out)
+
+
 def declared_inputs(nb: NotebookInfo, parameters: Mapping[str, Any],
                     specs: Mapping[str, dict] | None = None) -> list[str]:
     """The notebook's declared input patterns with ``{name}`` replaced by parameter values.
@@ -712,6 +758,9 @@ def _write_json_atomic(path: Path, data: dict) -> None:
     os.replace(tmp, path)
 
 
+_STATE_LOCK = threading.RLock()  # the records of this process, shared by the threads of a parallel run
+
+
 def _save_state(path: Path, state: dict, key: str | None = None) -> None:
     """Write ``state`` to ``path``, keeping what another pipeline on the same run tag wrote meanwhile.
 
@@ -721,7 +770,7 @@ def _save_state(path: Path, state: dict, key: str | None = None) -> None:
     replaces its entry, every other record is taken from the file, and ``state`` is refreshed in place
     with the result, so later upstream hashes see the other run's progress.
     """
-    with open(path.with_name(f".{path.name}.lock"), "a") as lock:
+    with _STATE_LOCK, open(path.with_name(f".{path.name}.lock"), "a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         try:
             disk = _load_state(path)
@@ -752,11 +801,15 @@ def _load_state(path: Path) -> dict | None:
 
 
 class _PeakMemory:
-    """Sample the summed RSS of this process's children (the kernel) in a thread."""
+    """Sample, in a thread, the summed RSS of one kernel's process tree: the kernel whose pid is in
+    ``pid_file`` (written by the kernel when it starts) and its children; without a ``pid_file``,
+    every child of this process."""
 
-    def __init__(self, interval: float = 0.2):
+    def __init__(self, interval: float = 0.2, pid_file: Path | None = None):
         self.interval = interval
         self.peak_bytes = 0
+        self.pid_file = pid_file
+        self._pid: int | None = None
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
@@ -765,7 +818,16 @@ class _PeakMemory:
 
         total = 0
         try:
-            children = psutil.Process().children(recursive=True)
+            if self.pid_file is None:
+                children = psutil.Process().children(recursive=True)
+            else:
+                if self._pid is None:
+                    try:
+                        self._pid = int(self.pid_file.read_text().strip())
+                    except (OSError, ValueError):  # not written yet
+                        return
+                kernel = psutil.Process(self._pid)
+                children = [kernel, *kernel.children(recursive=True)]
         except psutil.Error:
             return
         for child in children:
@@ -850,8 +912,10 @@ _KERNEL_TQDM = ("import tqdm.auto, tqdm.autonotebook, tqdm.std; "
                 "tqdm.auto.tqdm = tqdm.autonotebook.tqdm = tqdm.std.tqdm; "
                 "tqdm.auto.trange = tqdm.autonotebook.trange = tqdm.std.trange")
 # ... and, after every cell, the library modules imported so far, into a file the runner reads
-_KERNEL_TRACE = """def _mags_install(library, out):
+_KERNEL_TRACE = """def _mags_install(library, out, pid_file):
     import os, sys
+    with open(pid_file, "w") as fh:
+        fh.write(str(os.getpid()))
     library = os.path.realpath(library) + os.sep
     def trace(*_):
         files = set()
@@ -862,7 +926,7 @@ _KERNEL_TRACE = """def _mags_install(library, out):
         with open(out, "w") as fh:
             fh.write("\\n".join(sorted(files)))
     get_ipython().events.register("post_run_cell", trace)
-_mags_install({library!r}, {out!r})
+_mags_install({library!r}, {out!r}, {pid_file!r})
 del _mags_install"""
 
 
@@ -876,11 +940,21 @@ def _check_run_tag(run_tag: str) -> None:
 
 
 @contextlib.contextmanager
-def _kernel_env(results_root: Path):
-    """Environment the kernels inherit while the pipeline runs; restored afterwards."""
+def _kernel_env(results_root: Path, jobs: int = 1):
+    """Environment the kernels inherit while the pipeline runs; restored afterwards.
+
+    With ``jobs`` > 1 each kernel's OpenMP / BLAS pools get the usable cores divided by ``jobs`` (at
+    least 1), unless ``OMP_NUM_THREADS`` is set already: on 2 cores two kernels with 2 spinning OpenMP
+    threads each ran a smoke notebook 7x slower than with one each. A notebook that sets its own thread
+    count (``torch.set_num_threads``) still decides for itself.
+    """
     saved = dict(os.environ)
     os.environ.update(OFFLINE_ENV)
     os.environ.update(BATCH_ENV)
+    if jobs > 1 and "OMP_NUM_THREADS" not in os.environ:
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+        for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+            os.environ[var] = str(max(1, cores // jobs))
     os.environ[RESULTS_ROOT_ENV] = str(results_root)
     # The kernelspec "python3" may say just "python": make that this interpreter's environment.
     bin_dir = str(Path(sys.executable).parent)
@@ -938,11 +1012,14 @@ class _Relay:
     not yet closed), a newline keeps the two apart.
     """
 
-    def __init__(self, log: Any, prefix: str = "    | "):
+    def __init__(self, log: Any, prefix: str = "    | ", lock: Any = None):
         self._log = log
         self._prefix = prefix
         self._at_start = True
         self._last: str | None = None
+        # parallel runs share the log: then only whole lines are written, each under the lock
+        self._lock = lock
+        self._pending = ""
 
     def stream(self, name: str) -> _RelayStream:
         """The file-like object papermill writes one of the kernel's streams to."""
@@ -965,12 +1042,24 @@ class _Relay:
                 out.append(self._prefix)
                 self._at_start = False
             out.append(piece)
-        self._log.write("".join(out))
+        self._emit("".join(out))
+
+    def _emit(self, text: str) -> None:
+        if self._lock is None:
+            self._log.write(text)
+            return
+        text = self._pending + text
+        cut = max(text.rfind("\n"), text.rfind("\r")) + 1
+        self._pending = text[cut:]
+        if cut:
+            with self._lock:
+                self._log.write(text[:cut].replace("\r", "\n"))
+                self._log.flush()
 
     def end_line(self) -> None:
         """Finish a line left open (a bar the kernel never closed)."""
         if not self._at_start:
-            self._log.write("\n")
+            self._emit("\n")
             self._at_start = True
 
 
@@ -1037,6 +1126,7 @@ def run_pipeline(
     command: Sequence[str] | None = None,
     log: Any = None,
     library_dir: Path | str | None = None,
+    jobs: int = 1,
 ) -> dict:
     """Execute the selected notebooks in order; skip the ones already done with the same inputs.
 
@@ -1067,6 +1157,9 @@ def run_pipeline(
         Where progress and status lines go (default ``sys.stderr``).
     library_dir : path, optional
         The library whose imported modules are traced and hashed (default :data:`LIBRARY_DIR`).
+    jobs : int
+        Notebook runs executed at once, each when the runs it needs are done (see "Parallel runs"
+        in the module's documentation); 1: one after the other, in name order.
 
     Returns
     -------
@@ -1082,6 +1175,8 @@ def run_pipeline(
     """
     if profile not in PROFILES:
         raise PipelineError(f"unknown profile {profile!r}; choose one of {', '.join(PROFILES)}")
+    if not isinstance(jobs, int) or isinstance(jobs, bool) or jobs < 1:
+        raise PipelineError(f"jobs must be an integer >= 1 (notebook runs at once), got {jobs!r}")
     run_tag = run_tag or profile
     _check_run_tag(run_tag)
     params = dict(params or {})
@@ -1094,12 +1189,16 @@ def run_pipeline(
         raise ParameterError(f"--seed: {exc}") from None
 
     results_root = Path(results_root).resolve() if results_root else default_results_root()
-    all_nbs = discover_notebooks(notebooks_dir)
+    # absolute paths: papermill changes the working directory while it runs (see _run_jobs)
+    all_nbs = discover_notebooks(Path(notebooks_dir).resolve() if notebooks_dir is not None else None)
     selected = select_notebooks(all_nbs, start=start, stop=stop, only=only)
     specs = {nb.name: inspect_parameters(nb.path) for nb in selected}
     per_nb = validate_parameters(specs, {"profile": profile, "run_tag": run_tag, "seed": seed,
                                          **params})
     matrices = {nb.name: notebook_matrix(nb, specs.get(nb.name)) for nb in all_nbs}
+    for nb in all_nbs:  # a bad needs entry is a usage error too
+        notebook_needs(nb, all_nbs)
+    n_jobs = jobs
     jobs = [job for nb in selected
             for job in _expand(nb, matrices[nb.name], per_nb[nb.name], params)]
     for job in jobs:  # a bad input pattern is a usage error: report it before anything runs
@@ -1122,25 +1221,26 @@ def run_pipeline(
                  results_root=str(results_root))
     _save_state(state_path, state)
 
-    with _kernel_env(results_root):
+    with _kernel_env(results_root, n_jobs):
         _run_jobs(jobs, all_nbs, matrices, specs, state, state_path, run_dir, results_root,
                   library, library_dir, force=force, progress=progress, kernel_name=kernel_name,
-                  log=log if log is not None else sys.stderr)
+                  log=log if log is not None else sys.stderr, n_jobs=n_jobs)
     return state
 
 
-def _upstream(nb: NotebookInfo, all_nbs: Sequence[NotebookInfo], matrices: Mapping[str, dict],
+def _run_keys(name: str, matrices: Mapping[str, dict]) -> list[str]:
+    """Record keys of every run of notebook ``name`` (one per matrix point)."""
+    if not matrices[name]:
+        return [name]
+    return ["/".join([name, *map(str, combo)]) for combo in itertools.product(*matrices[name].values())]
+
+
+def _upstream(nb: NotebookInfo, needs: Mapping[str, list[str]], matrices: Mapping[str, dict],
               records: Mapping[str, dict]) -> list[str]:
-    """Input hashes of every run of every notebook before ``nb`` ("missing" for a run not made)."""
-    out = []
-    for o in all_nbs:
-        if not (o.nn < nb.nn or (o.nn == nb.nn and o.name < nb.name)):
-            continue
-        keys = ["/".join([o.name, *map(str, combo)])
-                for combo in itertools.product(*matrices[o.name].values())] if matrices[o.name] \
-            else [o.name]
-        out.extend(f"{k}={records.get(k, {}).get('input_hash', 'missing')}" for k in keys)
-    return out
+    """Input hashes of every run of every notebook ``nb`` needs ("missing" for a run not made)."""
+    with _STATE_LOCK:
+        return [f"{k}={records.get(k, {}).get('input_hash', 'missing')}"
+                for name in needs[nb.name] for k in _run_keys(name, matrices)]
 
 
 def _run_key(job: _Job, upstream: Sequence[str], specs: Mapping[str, dict], library: Mapping[str, str],
@@ -1150,114 +1250,220 @@ def _run_key(job: _Job, upstream: Sequence[str], specs: Mapping[str, dict], libr
                       library=library_digest(library, imported))
 
 
+class _Interrupted(Exception):
+    """A parallel run's job stopped because the run was interrupted (Ctrl-C)."""
+
+
 def _run_jobs(jobs, all_nbs, matrices, specs, state, state_path, run_dir, results_root, library,
-              library_dir, *, force, progress, kernel_name, log) -> None:
+              library_dir, *, force, progress, kernel_name, log, n_jobs: int = 1) -> None:
     """Execute (or skip) each run, recording it in ``state``; see run_pipeline."""
+    from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
+
+    lock = threading.Lock()
+
+    def say(line: str) -> None:
+        with lock:
+            log.write(line + "\n")
+            log.flush()
+
+    needs = {nb.name: notebook_needs(nb, all_nbs) for nb in all_nbs}
+    ctx = dict(needs=needs, matrices=matrices, specs=specs, state=state, state_path=state_path, run_dir=run_dir,
+               results_root=results_root, library=library, library_dir=library_dir, force=force,
+               progress=progress, kernel_name=kernel_name, log=log, say=say, total=len(jobs),
+               prefix=None if n_jobs == 1 else "key", lock=lock)
+    if n_jobs == 1:
+        for n, job in enumerate(jobs, 1):
+            _run_one(job, n, **ctx)
+        return
+    # a run waits for the runs (in this invocation) of every notebook it needs
+    waits = {job.key: {o.key for o in jobs if o.nb.name in needs[job.nb.name]} for job in jobs}
+    pending, running, finished = list(jobs), {}, set()
+    failure: BaseException | None = None
+    stop = threading.Event()
+    ctx["stop"] = stop
+    started = 0
+    # papermill changes the process's working directory around its reads, writes and the kernel start, and
+    # restores it afterwards: threads doing that at once would leave it anywhere. The notebooks' folder is
+    # the working directory for the whole parallel run (papermill is then given none), restored at the end.
+    folders = {job.nb.path.resolve().parent for job in jobs}
+    if len(folders) > 1:
+        raise PipelineError(f"a parallel run needs the notebooks in one folder, got {sorted(map(str, folders))}")
+    cwd = os.getcwd()
+    if folders:
+        os.chdir(folders.pop())
+    with contextlib.ExitStack() as restore, ThreadPoolExecutor(max_workers=n_jobs, thread_name_prefix="notebook") as pool:
+        restore.callback(os.chdir, cwd)
+        try:
+            while pending or running:
+                if failure is None:
+                    for job in [j for j in pending if waits[j.key] <= finished]:
+                        if len(running) >= n_jobs:
+                            break
+                        pending.remove(job)
+                        started += 1
+                        running[pool.submit(_run_one, job, started, **ctx)] = job
+                if not running:  # nothing can start: a failure upstream
+                    break
+                done, _ = wait(list(running), return_when=FIRST_COMPLETED)
+                for fut in done:
+                    job = running.pop(fut)
+                    exc = fut.exception()
+                    if exc is None:
+                        finished.add(job.key)
+                    elif failure is None:
+                        failure = exc
+        except KeyboardInterrupt:
+            stop.set()  # each running job stops its kernel and records itself as interrupted
+            for fut in list(running):
+                try:
+                    fut.result()
+                except BaseException:  # noqa: BLE001 - the interrupt is what is raised
+                    pass
+            raise
+    if failure is not None:
+        if pending:
+            say(f"not started after the failure: {', '.join(j.key for j in pending)}")
+        raise failure
+
+
+def _stop_kernel_when(stop: threading.Event | None, pid_file: Path, done: threading.Event) -> None:
+    """Watcher thread: when ``stop`` is set (Ctrl-C in a parallel run), interrupt then end the kernel."""
+    import signal
+
+    while stop is not None and not done.wait(0.2):
+        if stop.is_set():
+            try:
+                pid = int(pid_file.read_text().strip())
+                os.kill(pid, signal.SIGINT)
+                if not done.wait(5):
+                    os.kill(pid, signal.SIGTERM)
+            except (OSError, ValueError):
+                pass
+            return
+
+
+def _run_one(job: _Job, n: int, *, needs, matrices, specs, state, state_path, run_dir, results_root, library,
+             library_dir, force, progress, kernel_name, log, say, total, prefix, lock, stop=None) -> None:
+    """Execute (or skip) one run and record it; raises NotebookFailed (or KeyboardInterrupt)."""
     import papermill
     from papermill.exceptions import PapermillExecutionError
 
-    def say(line: str) -> None:
-        log.write(line + "\n")
-        log.flush()
-
     records: dict[str, dict] = state["notebooks"]
-    for n, job in enumerate(jobs, 1):
-        nb = job.nb
-        upstream = _upstream(nb, all_nbs, matrices, records)
-        key_for = functools.partial(_run_key, job, upstream, specs[nb.name], library)
-        out_dir = job.out_dir(run_dir)
-        out_nb = out_dir / f"{nb.name}.ipynb"
-        prev = records.get(job.key, {})
-        # the modules this run imported last time decide whether it is up to date
-        if (not force and prev.get("status") == "done" and "library_modules" in prev
-                and prev.get("input_hash") == key_for(prev["library_modules"]) and out_nb.exists()):
-            say(f"[skip {n}/{len(jobs)}] {job.key}: done with the same parameters and inputs "
-                f"({prev.get('wall_time_s')} s on {prev.get('finished_at')})")
-            continue
-        out_dir.mkdir(parents=True, exist_ok=True)
-        rec = {"status": "running", "notebook": nb.name, "parameters": job.params,
-               "input_hash": key_for(None), "started_at": _now(),
-               "runner": {"pid": os.getpid(), "host": platform.node()},  # a report tells a dead run from a live one
-               "output": str(out_nb.relative_to(results_root))}
-        if job.point:
-            rec["matrix"] = job.point
-        records[job.key] = rec
-        _save_state(state_path, state, job.key)
-        say(f"[run {n}/{len(jobs)}] {job.key} -> {out_dir}")
-        relay = _Relay(log) if progress else None
-        trace = out_dir / f".{nb.name}.imports.tmp"
-        trace.unlink(missing_ok=True)
-        t0 = time.perf_counter()
-        error: BaseException | None = None
-        with _PeakMemory() as mem:
-            try:
-                papermill.execute_notebook(
-                    str(nb.path), str(out_nb), parameters=job.params, kernel_name=kernel_name,
-                    progress_bar=False, cwd=str(nb.path.parent),
-                    stdout_file=relay.stream("stdout") if relay else None,
-                    stderr_file=relay.stream("stderr") if relay else None,
-                    on_cell_execute=_cell_announcer(job, say) if progress else None,
-                    # Quiet the kernel's own log: ipykernel 7 warns on every start that TCP is
-                    # unencrypted (it is loopback) and logs the interrupt jupyter_client sends at
-                    # shutdown. Cell errors are unaffected: they come back as outputs.
-                    extra_arguments=["--IPKernelApp.log_level=CRITICAL",
-                                     f"--IPKernelApp.exec_lines={_KERNEL_TQDM}",
-                                     "--IPKernelApp.exec_lines="
-                                     + _KERNEL_TRACE.format(library=str(library_dir), out=str(trace))],
-                )
-            except BaseException as exc:  # noqa: BLE001 - recorded, then re-raised below
-                error = exc
-        if relay is not None:
-            relay.end_line()
-        rec.update(wall_time_s=round(time.perf_counter() - t0, 2), peak_mem_mb=mem.peak_mb,
-                   finished_at=_now())
-        if out_nb.exists():
-            problem = _trust(out_nb)
-            if problem:
-                say(f"  note: could not mark {out_nb.name} trusted ({problem}); JupyterLab hides its "
-                    f"interactive pictures until you run: jupyter trust {out_nb}")
-        imported = trace.read_text().splitlines() if trace.exists() else None
-        trace.unlink(missing_ok=True)
-        if error is None:
-            rec["status"] = "done"
-            rec.pop("error", None)
-            if imported is not None:
-                rec.update(library_modules=imported, input_hash=key_for(imported))
-            else:
-                say(f"  note: the kernel did not report the library modules it imported; {job.key} "
-                    "will run again next time")
+    nb = job.nb
+    upstream = _upstream(nb, needs, matrices, records)
+    key_for = functools.partial(_run_key, job, upstream, specs[nb.name], library)
+    out_dir = job.out_dir(run_dir)
+    out_nb = out_dir / f"{nb.name}.ipynb"
+    with _STATE_LOCK:
+        prev = dict(records.get(job.key, {}))
+    # the modules this run imported last time decide whether it is up to date
+    if (not force and prev.get("status") == "done" and "library_modules" in prev
+            and prev.get("input_hash") == key_for(prev["library_modules"]) and out_nb.exists()):
+        say(f"[skip {n}/{total}] {job.key}: done with the same parameters and inputs "
+            f"({prev.get('wall_time_s')} s on {prev.get('finished_at')})")
+        return
+    out_dir.mkdir(parents=True, exist_ok=True)
+    rec = {"status": "running", "notebook": nb.name, "parameters": job.params,
+           "input_hash": key_for(None), "started_at": _now(),
+           "runner": {"pid": os.getpid(), "host": platform.node()},  # a report tells a dead run from a live one
+           "output": str(out_nb.relative_to(results_root))}
+    if job.point:
+        rec["matrix"] = job.point
+
+    def save() -> None:
+        # another thread's save may have replaced this run's entry with the copy on disk: put the live one back
+        with _STATE_LOCK:
+            records[job.key] = rec
             _save_state(state_path, state, job.key)
-            say(f"[done {n}/{len(jobs)}] {job.key}: {rec['wall_time_s']} s, kernel peak "
-                f"{rec['peak_mem_mb']} MB -> {out_nb}")
-            continue
-        if isinstance(error, KeyboardInterrupt):
-            rec["status"] = "interrupted"
-            _save_state(state_path, state, job.key)
-            raise error
-        label = nb.path.name + (f" ({', '.join(f'{k}={v}' for k, v in job.point.items())})"
-                                if job.point else "")
-        if isinstance(error, PapermillExecutionError):
-            cell, first = _failing_cell(error, nb.path)
-            rec["error"] = {"cell_index": cell, "exec_count": error.exec_count,
-                            "first_line": first, "ename": error.ename, "evalue": error.evalue}
-            msg = (f"notebook {label} failed in cell {cell} (0-based, markdown cells "
-                   f"counted; In [{error.exec_count}] in the executed copy), which starts with:\n"
-                   f"    {first}\n  {error.ename}: {error.evalue}")
-        else:  # the kernel died (killed for memory, a crash in native code), a timeout...
-            cell, first = _last_started_cell(out_nb)
-            rec["error"] = {"cell_index": cell, "first_line": first,
-                            "ename": type(error).__name__, "evalue": str(error)}
-            where = (f" while running cell {cell} (0-based, markdown cells counted), which "
-                     f"starts with:\n    {first}" if cell is not None else ":")
-            msg = (f"notebook {label} could not be executed{where}\n"
-                   f"  {type(error).__name__}: {error}")
-        rec["status"] = "failed"
-        _save_state(state_path, state, job.key)
+
+    save()
+    say(f"[run {n}/{total}] {job.key} -> {out_dir}")
+    relay = (_Relay(log, **({} if prefix is None else {"prefix": f"    {job.key} | ", "lock": lock}))
+             if progress else None)
+    trace = out_dir / f".{nb.name}.imports.tmp"
+    pid_file = out_dir / f".{nb.name}.kernel.pid"
+    trace.unlink(missing_ok=True)
+    pid_file.unlink(missing_ok=True)
+    t0 = time.perf_counter()
+    error: BaseException | None = None
+    ended = threading.Event()
+    watcher = threading.Thread(target=_stop_kernel_when, args=(stop, pid_file, ended), daemon=True)
+    watcher.start()
+    with _PeakMemory(pid_file=pid_file) as mem:
+        try:
+            papermill.execute_notebook(
+                str(nb.path.resolve()), str(out_nb), parameters=job.params, kernel_name=kernel_name,
+                progress_bar=False, cwd=str(nb.path.parent) if stop is None else None,  # parallel: see _run_jobs
+                stdout_file=relay.stream("stdout") if relay else None,
+                stderr_file=relay.stream("stderr") if relay else None,
+                on_cell_execute=_cell_announcer(job, say) if progress else None,
+                # Quiet the kernel's own log: ipykernel 7 warns on every start that TCP is
+                # unencrypted (it is loopback) and logs the interrupt jupyter_client sends at
+                # shutdown. Cell errors are unaffected: they come back as outputs.
+                extra_arguments=["--IPKernelApp.log_level=CRITICAL",
+                                 f"--IPKernelApp.exec_lines={_KERNEL_TQDM}",
+                                 "--IPKernelApp.exec_lines="
+                                 + _KERNEL_TRACE.format(library=str(library_dir), out=str(trace),
+                                                        pid_file=str(pid_file))],
+            )
+        except BaseException as exc:  # noqa: BLE001 - recorded, then re-raised below
+            error = exc
+    ended.set()
+    if relay is not None:
+        relay.end_line()
+    if stop is not None and stop.is_set():
+        error = KeyboardInterrupt()
+    rec.update(wall_time_s=round(time.perf_counter() - t0, 2), peak_mem_mb=mem.peak_mb,
+               finished_at=_now())
+    if out_nb.exists():
+        problem = _trust(out_nb)
+        if problem:
+            say(f"  note: could not mark {out_nb.name} trusted ({problem}); JupyterLab hides its "
+                f"interactive pictures until you run: jupyter trust {out_nb}")
+    imported = trace.read_text().splitlines() if trace.exists() else None
+    trace.unlink(missing_ok=True)
+    pid_file.unlink(missing_ok=True)
+    if error is None:
+        rec["status"] = "done"
+        rec.pop("error", None)
+        if imported is not None:
+            rec.update(library_modules=imported, input_hash=key_for(imported))
+        else:
+            say(f"  note: the kernel did not report the library modules it imported; {job.key} "
+                "will run again next time")
+        save()
+        say(f"[done {n}/{total}] {job.key}: {rec['wall_time_s']} s, kernel peak "
+            f"{rec['peak_mem_mb']} MB -> {out_nb}")
+        return
+    if isinstance(error, KeyboardInterrupt):
+        rec["status"] = "interrupted"
+        save()
+        raise error
+    label = nb.path.name + (f" ({', '.join(f'{k}={v}' for k, v in job.point.items())})"
+                            if job.point else "")
+    if isinstance(error, PapermillExecutionError):
+        cell, first = _failing_cell(error, nb.path)
+        rec["error"] = {"cell_index": cell, "exec_count": error.exec_count,
+                        "first_line": first, "ename": error.ename, "evalue": error.evalue}
+        msg = (f"notebook {label} failed in cell {cell} (0-based, markdown cells "
+               f"counted; In [{error.exec_count}] in the executed copy), which starts with:\n"
+               f"    {first}\n  {error.ename}: {error.evalue}")
+    else:  # the kernel died (killed for memory, a crash in native code), a timeout...
+        cell, first = _last_started_cell(out_nb)
+        rec["error"] = {"cell_index": cell, "first_line": first,
+                        "ename": type(error).__name__, "evalue": str(error)}
+        where = (f" while running cell {cell} (0-based, markdown cells counted), which "
+                 f"starts with:\n    {first}" if cell is not None else ":")
+        msg = (f"notebook {label} could not be executed{where}\n"
+               f"  {type(error).__name__}: {error}")
+    rec["status"] = "failed"
+    save()
+    with _STATE_LOCK:
         done = [k for k, r in records.items() if r.get("status") == "done"]
-        msg += (f"\n  executed copy (outputs up to the failure): {out_nb}"
-                f"\n  kept: {', '.join(done) if done else 'nothing finished'}"
-                f"\n  state: {state_path}")
-        raise NotebookFailed(msg, rec) from error
+    msg += (f"\n  executed copy (outputs up to the failure): {out_nb}"
+            f"\n  kept: {', '.join(done) if done else 'nothing finished'}"
+            f"\n  state: {state_path}")
+    raise NotebookFailed(msg, rec) from error
 
 
 # --------------------------------------------------------------------------------------------
@@ -1292,7 +1498,7 @@ def _build_parser() -> argparse.ArgumentParser:
         prog="python -m mags_lib.pipeline",
         description="Run the numbered notebooks with papermill into results/<run_tag>/.",
         epilog="Examples: --profile smoke | --profile default --from 40 --to 60 | "
-               "--only 10,40 -p n_episodes=50 | --only 20 -p role ask | --list",
+               "--only 10,40 -p n_episodes=50 | --only 20 -p role ask | --profile smoke --jobs 2 | --list",
     )
     p.add_argument("--profile", choices=PROFILES, default="default")
     p.add_argument("--run-tag", default=None,
@@ -1316,17 +1522,23 @@ def _build_parser() -> argparse.ArgumentParser:
                    help="list the selected notebooks, their matrices and parameters, run nothing")
     p.add_argument("--no-progress", action="store_true",
                    help="do not print cells as they start nor relay the kernels' output")
+    p.add_argument("--jobs", type=int, default=1, metavar="N",
+                   help="notebook runs at once, each as soon as the runs it needs are done (default 1: "
+                        "in name order); e.g. --profile smoke --jobs 2 on 2 cores")
     return p
 
 
-def _describe_notebooks(nbs: Sequence[NotebookInfo], specs: Mapping[str, dict]) -> str:
-    """One line per notebook, with its matrix when it has one."""
+def _describe_notebooks(nbs: Sequence[NotebookInfo], specs: Mapping[str, dict],
+                        all_nbs: Sequence[NotebookInfo] | None = None) -> str:
+    """One line per notebook, with its matrix when it has one and what it needs."""
     lines = []
     for nb in nbs:
         matrix = notebook_matrix(nb, specs[nb.name])
         runs = " x ".join(f"{k} = {' | '.join(map(str, v))}" for k, v in matrix.items())
+        needs = notebook_needs(nb, all_nbs if all_nbs is not None else nbs)
         lines.append(f"  {nb.name}" + (f"  [matrix: {runs}; one run each, -p {next(iter(matrix))}=... "
-                                        "narrows it]" if matrix else ""))
+                                        "narrows it]" if matrix else "")
+                     + f"  needs: {', '.join(n[:2] for n in needs) if needs else 'nothing'}")
     return "\n".join(lines)
 
 
@@ -1336,17 +1548,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     only = [k for k in args.only.split(",") if k.strip()] if args.only else None
     try:
         if args.list:
-            nbs = select_notebooks(discover_notebooks(args.notebooks_dir), start=args.start,
-                                   stop=args.stop, only=only)
+            all_nbs = discover_notebooks(args.notebooks_dir)
+            nbs = select_notebooks(all_nbs, start=args.start, stop=args.stop, only=only)
             specs = {nb.name: inspect_parameters(nb.path) for nb in nbs}
-            print("notebooks:\n" + _describe_notebooks(nbs, specs))
+            print("notebooks:\n" + _describe_notebooks(nbs, specs, all_nbs))
             print("parameters (type = default  # help  [notebooks]):\n" + _describe(specs))
             return 0
         state = run_pipeline(
             profile=args.profile, run_tag=args.run_tag, seed=args.seed,
             params=_parse_kv(args.param), start=args.start, stop=args.stop, only=only,
             force=args.force, results_root=args.results_root, notebooks_dir=args.notebooks_dir,
-            progress=not args.no_progress,
+            progress=not args.no_progress, jobs=args.jobs,
             command=["python", "-m", "mags_lib.pipeline", *(sys.argv[1:] if argv is None else argv)],
         )
     except NotebookFailed as exc:

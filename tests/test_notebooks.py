@@ -102,7 +102,7 @@ def smoke_run(build_once) -> SmokeRun:
             (project / "models" / "base").symlink_to(ROOT / "models" / "base", target_is_directory=True)
         # no ../shared beside the temporary project: the run is what a clone with nothing beside it does (the
         # seed datasets and LoCoMo are optional inputs; each notebook says in one line what it skipped)
-        cmd = [sys.executable, "-m", "mags_lib.pipeline", "--profile", "smoke", "--run-tag", "test-smoke",
+        cmd = [sys.executable, "-m", "mags_lib.pipeline", "--profile", "smoke", "--jobs", "2", "--run-tag", "test-smoke",
                "--results-root", str(results), "--notebooks-dir", str(ROOT / "notebooks")]
         env = {**os.environ, "MAGS_RESULTS": str(results), "MAGS_ROOT": str(project),
                "JUPYTER_DATA_DIR": str(tmp / "jupyter-data")}

@@ -653,3 +653,175 @@ def test_two_pipelines_on_one_run_tag_keep_each_others_records(tmp_path):
     disk = json.loads(path.read_text())["notebooks"]
     assert disk == {"00_a": {"status": "done"}, "30_x": {"status": "done"}, "45_y": {"status": "running"}}
     assert a["notebooks"]["30_x"] is rec_a and a["notebooks"] == disk
+
+
+# --- needs and parallel runs --------------------------------------------------------------------
+
+def _wait_for(name: str) -> str:
+    """Notebook code: write ``<name of this notebook>.started``, then wait (at most 120 s) for the file
+    ``name``: two notebooks waiting for each other both finish only when they run at the same time."""
+    return ("import pathlib, time\n"
+            "from mags_lib import repro\n"
+            "here = repro.run_dir(run_tag, 'shared')\n"
+            "(here / f'{NAME}.started').write_text('1')\n"
+            "deadline = time.monotonic() + 120\n"
+            f"while not (here / {name!r}).exists():\n"
+            "    assert time.monotonic() < deadline, 'the other notebook never ran beside this one'\n"
+            "    time.sleep(0.05)\n")
+
+
+@pytest.fixture
+def needs_dir(tmp_path):
+    """00_a and 05_c need nothing (and wait for each other), 10_b needs 00_a (and reads what it wrote)."""
+    nbs = tmp_path / "nbs"
+    write_nb(nbs / "00_a.ipynb", "", "NAME = 'a'\n" + _wait_for("c.started"),
+             "(here / 'a.done').write_text('1')", mags={"needs": []})
+    write_nb(nbs / "05_c.ipynb", "", "import os\nNAME = 'c'\nprint('hello from c, threads', os.environ.get('OMP_NUM_THREADS'))\n"
+             + _wait_for("a.started"),
+             mags={"needs": []})
+    write_nb(nbs / "10_b.ipynb", "", "from mags_lib import repro\n"
+             "assert (repro.run_dir(run_tag, 'shared') / 'a.done').exists(), 'b ran before a finished'",
+             mags={"needs": ["00_a"]})
+    return nbs
+
+
+def test_parallel_runs_overlap_and_wait_for_what_they_need(tmp_path, needs_dir, capsys):
+    """--jobs 3: a and c run at once (each waits for the other to start, so a one-at-a-time run would fail),
+    b waits for a although a slot is free; relayed lines carry their run's key; memory is per kernel; each
+    kernel's OpenMP pool gets the cores divided by the jobs."""
+    root = tmp_path / "results"
+    rc = pipeline.main(["--notebooks-dir", str(needs_dir), "--results-root", str(root), "--profile", "smoke",
+                        "--jobs", "3"])
+    err = capsys.readouterr().err
+    assert rc == 0, err[-3000:]
+    state = json.loads((root / "smoke" / "pipeline.json").read_text())
+    assert {k: r["status"] for k, r in state["notebooks"].items()} == {"00_a": "done", "05_c": "done", "10_b": "done"}
+    assert all(r["peak_mem_mb"] > 10 for r in state["notebooks"].values())
+    threads = os.environ.get("OMP_NUM_THREADS") or str(max(1, len(os.sched_getaffinity(0)) // 3))
+    assert f"    05_c | hello from c, threads {threads}\n" in err
+    lines = err.splitlines()
+    assert lines.index(next(x for x in lines if x.startswith("[done") and "00_a" in x)) < \
+        lines.index(next(x for x in lines if x.startswith("[run") and "10_b" in x))
+
+
+def test_the_same_notebooks_one_at_a_time_fail_where_they_must_overlap(tmp_path, needs_dir, capsys):
+    """The check of the test above can fail: run one at a time, a waits for c in vain (shortened wait)."""
+    nb = nbformat.read(needs_dir / "00_a.ipynb", as_version=4)
+    nb.cells[2].source = nb.cells[2].source.replace("+ 120", "+ 3")
+    nbformat.write(nb, needs_dir / "00_a.ipynb")
+    root = tmp_path / "results"
+    rc = pipeline.main(["--notebooks-dir", str(needs_dir), "--results-root", str(root), "--profile", "smoke",
+                        "--no-progress"])
+    assert rc == 1
+    assert "the other notebook never ran beside this one" in capsys.readouterr().err
+
+
+def test_a_run_reruns_when_what_it_needs_changed_not_when_another_notebook_did(tmp_path, needs_dir, capsys):
+    def run():
+        rc = pipeline.main(["--notebooks-dir", str(needs_dir), "--results-root", str(tmp_path / "results"),
+                            "--profile", "smoke", "--no-progress", "--jobs", "2"])
+        err = capsys.readouterr().err
+        assert rc == 0, err[-3000:]
+        return {line.split()[2].rstrip(":"): line.split()[0][1:] for line in err.splitlines()
+                if line.startswith(("[run", "[skip"))}
+
+    def edit(name: str, extra: str) -> None:
+        nb = nbformat.read(needs_dir / name, as_version=4)
+        nb.cells.append(nbformat.v4.new_code_cell(extra))
+        nbformat.write(nb, needs_dir / name)
+
+    def clear() -> None:  # the rendezvous files of the last run
+        for f in (tmp_path / "results" / "smoke" / "shared").glob("*.started"):
+            f.unlink()
+
+    assert run() == {"00_a": "run", "05_c": "run", "10_b": "run"}
+    clear()
+    assert run() == {"00_a": "skip", "05_c": "skip", "10_b": "skip"}
+    # 05_c changed: only it runs again (b does not need it), and it waits for a, which is done: let it pass
+    edit("05_c.ipynb", "y = 2")
+    (tmp_path / "results" / "smoke" / "shared" / "a.started").write_text("1")
+    assert run() == {"00_a": "skip", "05_c": "run", "10_b": "skip"}
+    # 00_a changed: it and b (which needs it) run again
+    edit("00_a.ipynb", "z = 3")
+    clear()
+    (tmp_path / "results" / "smoke" / "shared" / "c.started").write_text("1")
+    assert run() == {"00_a": "run", "05_c": "skip", "10_b": "run"}
+
+
+def test_a_failure_stops_new_runs_keeps_the_others_and_says_what_did_not_start(tmp_path, capsys):
+    nbs = tmp_path / "nbs"
+    write_nb(nbs / "00_a.ipynb", "", "raise RuntimeError('a broke')", mags={"needs": []})
+    write_nb(nbs / "05_c.ipynb", "", "x = 1", mags={"needs": []})
+    write_nb(nbs / "10_b.ipynb", "", "x = 2", mags={"needs": ["00_a"]})
+    root = tmp_path / "results"
+    rc = pipeline.main(["--notebooks-dir", str(nbs), "--results-root", str(root), "--profile", "smoke",
+                        "--no-progress", "--jobs", "2"])
+    err = capsys.readouterr().err
+    assert rc == 1 and "a broke" in err and "not started after the failure: 10_b" in err
+    state = json.loads((root / "smoke" / "pipeline.json").read_text())
+    assert {k: r["status"] for k, r in state["notebooks"].items()} == {"00_a": "failed", "05_c": "done"}
+
+
+@pytest.mark.parametrize(("needs", "message"), [
+    (["99_later"], "which is not a notebook"),
+    (["10_b"], "does not come before"),
+    ("00_a", "must be a list"),
+])
+def test_a_bad_needs_entry_is_an_error_before_anything_runs(tmp_path, capsys, needs, message):
+    nbs = tmp_path / "nbs"
+    write_nb(nbs / "00_a.ipynb", "", "x = 1")
+    write_nb(nbs / "05_c.ipynb", "", "x = 1", mags={"needs": needs})
+    write_nb(nbs / "10_b.ipynb", "", "x = 1")
+    root = tmp_path / "results"
+    rc = pipeline.main(["--notebooks-dir", str(nbs), "--results-root", str(root), "--profile", "smoke",
+                        "--no-progress"])
+    assert rc == 2 and message in capsys.readouterr().err
+    assert not (root / "smoke" / "pipeline.json").exists()
+
+
+def test_jobs_must_be_a_positive_integer(tmp_path):
+    with pytest.raises(PipelineError, match="jobs must be an integer >= 1"):
+        pipeline.run_pipeline(profile="smoke", results_root=tmp_path, jobs=0)
+
+
+def test_the_project_notebooks_declare_what_they_need():
+    """Every notebook says what it needs (the parallel smoke run and the resume hashes rely on it); the
+    model-using notebooks wait for the trained models and their export."""
+    nbs = pipeline.discover_notebooks()
+    needs = {nb.name: pipeline.notebook_needs(nb, nbs) for nb in nbs}
+    for nb in nbs:
+        if nb.name != "90_report":
+            assert "needs" in pipeline._nb_metadata(nb), nb.name
+    assert needs["20_train_ask_write"] == ["10_generate_datasets"]
+    for name in ("25_training_objectives", "30_export_gguf"):
+        assert "20_train_ask_write" in needs[name]
+    for name in ("50_game_evaluation", "55_textworld", "60_ablations", "70_locomo_benchmark"):
+        assert "30_export_gguf" in needs[name]
+    assert needs["90_report"] == [nb.name for nb in nbs if nb.name != "90_report"]
+
+
+def test_ctrl_c_in_a_parallel_run_stops_every_kernel_and_records_the_runs_as_interrupted(tmp_path):
+    """SIGINT to the runner while two notebooks run at once (each waits for a file that never comes):
+    both kernels are interrupted, both runs are recorded as interrupted, the runner exits with 130."""
+    import signal
+    import subprocess
+    import sys
+
+    nbs = tmp_path / "nbs"
+    for name in ("00_a", "05_c"):
+        write_nb(nbs / f"{name}.ipynb", "", f"NAME = {name!r}\n" + _wait_for("never"), mags={"needs": []})
+    root = tmp_path / "results"
+    env = {**os.environ, "JUPYTER_DATA_DIR": str(tmp_path / "jupyter-data")}
+    proc = subprocess.Popen([sys.executable, "-m", "mags_lib.pipeline", "--notebooks-dir", str(nbs),
+                             "--results-root", str(root), "--profile", "smoke", "--no-progress", "--jobs", "2"],
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    shared = root / "smoke" / "shared"
+    deadline = time.monotonic() + 120
+    while not ((shared / "00_a.started").exists() and (shared / "05_c.started").exists()):
+        assert proc.poll() is None and time.monotonic() < deadline, "the two notebooks did not both start"
+        time.sleep(0.1)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=90)
+    assert proc.returncode == 130, err[-3000:]
+    state = json.loads((root / "smoke" / "pipeline.json").read_text())
+    assert {k: r["status"] for k, r in state["notebooks"].items()} == {"00_a": "interrupted", "05_c": "interrupted"}
