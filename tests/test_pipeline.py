@@ -436,11 +436,12 @@ def test_matrix_runs_once_per_value_each_recorded_and_narrowed_by_p(tmp_path, ma
     assert s3["notebooks"]["20_roles/write"] == s2["notebooks"]["20_roles/write"]  # untouched
 
 
-def test_list_shows_the_matrix(tmp_path, matrix_dir, capsys):
+def test_list_shows_the_matrix_and_the_needs(tmp_path, matrix_dir, capsys):
     assert pipeline.main(["--notebooks-dir", str(matrix_dir), "--list"]) == 0
     out = capsys.readouterr().out
     assert "20_roles  [matrix: role = ask | write | answer; one run each" in out
-    assert "  00_prep\n" in out
+    assert "narrows it]  needs: 00\n" in out  # no needs declared: every earlier notebook
+    assert "  00_prep  needs: nothing\n" in out
 
 
 @pytest.mark.parametrize("matrix,fragment", [
