@@ -1196,8 +1196,7 @@ def run_pipeline(
     per_nb = validate_parameters(specs, {"profile": profile, "run_tag": run_tag, "seed": seed,
                                          **params})
     matrices = {nb.name: notebook_matrix(nb, specs.get(nb.name)) for nb in all_nbs}
-    for nb in all_nbs:  # a bad needs entry is a usage error too
-        notebook_needs(nb, all_nbs)
+    needs = {nb.name: notebook_needs(nb, all_nbs) for nb in all_nbs}  # a bad needs entry is a usage error too
     n_jobs = jobs
     jobs = [job for nb in selected
             for job in _expand(nb, matrices[nb.name], per_nb[nb.name], params)]
@@ -1222,7 +1221,7 @@ def run_pipeline(
     _save_state(state_path, state)
 
     with _kernel_env(results_root, n_jobs):
-        _run_jobs(jobs, all_nbs, matrices, specs, state, state_path, run_dir, results_root,
+        _run_jobs(jobs, needs, matrices, specs, state, state_path, run_dir, results_root,
                   library, library_dir, force=force, progress=progress, kernel_name=kernel_name,
                   log=log if log is not None else sys.stderr, n_jobs=n_jobs)
     return state
@@ -1250,11 +1249,7 @@ def _run_key(job: _Job, upstream: Sequence[str], specs: Mapping[str, dict], libr
                       library=library_digest(library, imported))
 
 
-class _Interrupted(Exception):
-    """A parallel run's job stopped because the run was interrupted (Ctrl-C)."""
-
-
-def _run_jobs(jobs, all_nbs, matrices, specs, state, state_path, run_dir, results_root, library,
+def _run_jobs(jobs, needs, matrices, specs, state, state_path, run_dir, results_root, library,
               library_dir, *, force, progress, kernel_name, log, n_jobs: int = 1) -> None:
     """Execute (or skip) each run, recording it in ``state``; see run_pipeline."""
     from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
@@ -1266,11 +1261,9 @@ def _run_jobs(jobs, all_nbs, matrices, specs, state, state_path, run_dir, result
             log.write(line + "\n")
             log.flush()
 
-    needs = {nb.name: notebook_needs(nb, all_nbs) for nb in all_nbs}
     ctx = dict(needs=needs, matrices=matrices, specs=specs, state=state, state_path=state_path, run_dir=run_dir,
                results_root=results_root, library=library, library_dir=library_dir, force=force,
-               progress=progress, kernel_name=kernel_name, log=log, say=say, total=len(jobs),
-               prefix=None if n_jobs == 1 else "key", lock=lock)
+               progress=progress, kernel_name=kernel_name, log=log, say=say, total=len(jobs), lock=lock)
     if n_jobs == 1:
         for n, job in enumerate(jobs, 1):
             _run_one(job, n, **ctx)
@@ -1326,11 +1319,11 @@ def _run_jobs(jobs, all_nbs, matrices, specs, state, state_path, run_dir, result
         raise failure
 
 
-def _stop_kernel_when(stop: threading.Event | None, pid_file: Path, done: threading.Event) -> None:
+def _stop_kernel_when(stop: threading.Event, pid_file: Path, done: threading.Event) -> None:
     """Watcher thread: when ``stop`` is set (Ctrl-C in a parallel run), interrupt then end the kernel."""
     import signal
 
-    while stop is not None and not done.wait(0.2):
+    while not done.wait(0.2):
         if stop.is_set():
             try:
                 pid = int(pid_file.read_text().strip())
@@ -1343,8 +1336,12 @@ def _stop_kernel_when(stop: threading.Event | None, pid_file: Path, done: thread
 
 
 def _run_one(job: _Job, n: int, *, needs, matrices, specs, state, state_path, run_dir, results_root, library,
-             library_dir, force, progress, kernel_name, log, say, total, prefix, lock, stop=None) -> None:
-    """Execute (or skip) one run and record it; raises NotebookFailed (or KeyboardInterrupt)."""
+             library_dir, force, progress, kernel_name, log, say, total, lock, stop=None) -> None:
+    """Execute (or skip) one run and record it; raises NotebookFailed (or KeyboardInterrupt).
+
+    ``stop`` is given in a parallel run only (set on Ctrl-C): then relayed lines carry the run's key and are
+    written whole under ``lock``, and a watcher ends the kernel when ``stop`` is set."""
+    parallel = stop is not None
     import papermill
     from papermill.exceptions import PapermillExecutionError
 
@@ -1378,7 +1375,7 @@ def _run_one(job: _Job, n: int, *, needs, matrices, specs, state, state_path, ru
 
     save()
     say(f"[run {n}/{total}] {job.key} -> {out_dir}")
-    relay = (_Relay(log, **({} if prefix is None else {"prefix": f"    {job.key} | ", "lock": lock}))
+    relay = (_Relay(log, **({"prefix": f"    {job.key} | ", "lock": lock} if parallel else {}))
              if progress else None)
     trace = out_dir / f".{nb.name}.imports.tmp"
     pid_file = out_dir / f".{nb.name}.kernel.pid"
@@ -1387,13 +1384,13 @@ def _run_one(job: _Job, n: int, *, needs, matrices, specs, state, state_path, ru
     t0 = time.perf_counter()
     error: BaseException | None = None
     ended = threading.Event()
-    watcher = threading.Thread(target=_stop_kernel_when, args=(stop, pid_file, ended), daemon=True)
-    watcher.start()
+    if parallel:
+        threading.Thread(target=_stop_kernel_when, args=(stop, pid_file, ended), daemon=True).start()
     with _PeakMemory(pid_file=pid_file) as mem:
         try:
             papermill.execute_notebook(
                 str(nb.path.resolve()), str(out_nb), parameters=job.params, kernel_name=kernel_name,
-                progress_bar=False, cwd=str(nb.path.parent) if stop is None else None,  # parallel: see _run_jobs
+                progress_bar=False, cwd=None if parallel else str(nb.path.parent),  # parallel: see _run_jobs
                 stdout_file=relay.stream("stdout") if relay else None,
                 stderr_file=relay.stream("stderr") if relay else None,
                 on_cell_execute=_cell_announcer(job, say) if progress else None,
@@ -1411,7 +1408,7 @@ def _run_one(job: _Job, n: int, *, needs, matrices, specs, state, state_path, ru
     ended.set()
     if relay is not None:
         relay.end_line()
-    if stop is not None and stop.is_set():
+    if parallel and stop.is_set():
         error = KeyboardInterrupt()
     rec.update(wall_time_s=round(time.perf_counter() - t0, 2), peak_mem_mb=mem.peak_mb,
                finished_at=_now())
