@@ -399,7 +399,7 @@ def train_config(cfg: ConsolidationConfig, *, max_steps: int | None = None, batc
                        sft=SFTConfig(max_steps=steps, batch_size=cfg.batch_size if batch_size is None else batch_size,
                                      learning_rate=cfg.learning_rate, max_length=cfg.max_length, n_generated=0,
                                      save_steps=max(steps, 1), save_total_limit=1, warmup_ratio=0.0,
-                                     group_by_length=False),
+                                     batching="random"),
                        grpo=None, n_eval=0, threads=cfg.threads if threads is None else threads)
 
 

@@ -28,6 +28,7 @@ __all__ = ["OBJECTIVES", "PROFILES", "GRPOConfig", "LoraSpec", "SFTConfig", "Tra
            "help_text", "profile_config", "with_objective"]
 
 PROFILES = ("smoke", "default", "full")
+BATCHING = ("shuffled_length", "sorted_length", "random")  # SFTConfig.batching (training.sampling)
 
 ALL_LINEAR = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 
@@ -85,7 +86,10 @@ class SFTConfig:
     max_length: int = _f(768, "longest training sequence in tokens (prompt + completion); longer rows are dropped")
     n_generated: int = _f(1200, "generated training examples used (0: all)")
     n_seed: int = _f(-1, "seed-dataset training examples used when present (-1: all, 0: none); answer: unused")
-    group_by_length: bool = _f(True, "batch rows of similar length together (less padding)")
+    batching: str = _f("shuffled_length", "shuffled_length: rows of similar length batched together (less "
+                                          "padding), the batches in random order | sorted_length: transformers' "
+                                          "group_by_length (each 50-batch block longest first: the shortest rows come "
+                                          "in runs, see training.sampling) | random")
     bf16: bool = _f(True, "bf16 autocast (CPUs with avx512_bf16 / AMX, or CUDA); fp32 otherwise")
     save_steps: int = _f(25, "checkpoint every this many steps (resume point after an interruption)")
     save_total_limit: int = _f(2, "checkpoints kept")
@@ -100,6 +104,8 @@ class SFTConfig:
             raise ValueError("warmup_ratio must be in [0, 1) and weight_decay >= 0")
         if self.n_generated < 0 or self.n_seed < -1:
             raise ValueError("n_generated must be >= 0 and n_seed >= -1")
+        if self.batching not in BATCHING:
+            raise ValueError(f"batching must be one of {BATCHING}, got {self.batching!r}")
 
 
 @dataclass(frozen=True)
@@ -176,7 +182,10 @@ class TrainConfig:
     def from_dict(cls, d: dict) -> TrainConfig:
         d = dict(d)
         d["lora"] = LoraSpec(**d["lora"])
-        d["sft"] = SFTConfig(**d["sft"])
+        sft = dict(d["sft"])
+        if "group_by_length" in sft:  # a meta.json written before batching replaced it (2026-11-27)
+            sft["batching"] = "sorted_length" if sft.pop("group_by_length") else "random"
+        d["sft"] = SFTConfig(**sft)
         d["grpo"] = GRPOConfig(**d["grpo"]) if d.get("grpo") else None
         return cls(**d)
 
@@ -204,9 +213,13 @@ def _profile_values(role: str, profile: str) -> dict:
         # tokens/s forward+backward on 2 quiet cores), and trained stages decode on transformers. One torch
         # thread: CI shares the cores (xdist workers, other jobs), and two OpenMP threads on a busy machine
         # spin-wait: generating 2 x 32 tokens took 118 s with 2 threads against 12 s with 1 (load 7, 2 cores).
-        return dict(sft=dict(max_steps=3, batch_size=2, max_length=384, n_generated=16, n_seed=8, save_steps=3),
+        # Two warm-start steps (the second saves a checkpoint) on rows of at most 256 tokens; GRPO completions of
+        # 24 / 12 tokens (the shortest caps that most smoke golds fit under: GRPO only draws prompts whose gold
+        # fits). With 3 steps, 384 tokens and 32 / 16 the three roles took 77 / 70 / 74 s (target: 3 min in all),
+        # mostly GRPO's generation on transformers (6 tokens/s here) and the answer rows' long memory blocks.
+        return dict(sft=dict(max_steps=2, batch_size=2, max_length=256, n_generated=16, n_seed=8, save_steps=2),
                     grpo=dict(max_steps=2, prompts_per_step=1, num_generations=2, n_prompts=4, save_steps=2,
-                              max_completion_length=32 if long_out else 16, select_hard=False),
+                              max_completion_length=24 if long_out else 12, select_hard=False),
                     n_eval=2, eval_max_new_tokens=32, threads=1)
     if profile == "default":
         # Sized to the 90-minute budget for all three roles on 2 quiet cores, in tokens: a row of the generated

@@ -539,9 +539,22 @@ def train_stage(stage: str, cfg: TrainConfig, rows: Sequence[dict], folder: Path
                             lr_scheduler_type="cosine", warmup_steps=stage_cfg.warmup_ratio,
                             weight_decay=stage_cfg.weight_decay, max_length=stage_cfg.max_length,
                             completion_only_loss=True, bf16=bf16,
-                            train_sampling_strategy="group_by_length" if stage_cfg.group_by_length else "random",
+                            train_sampling_strategy="random" if stage_cfg.batching == "random" else "group_by_length",
                             length_column_name="length", dataset_num_proc=None)
-        trainer = SFTTrainer(model=model, args=args, train_dataset=ds, processing_class=tok, callbacks=callbacks)
+        trainer_cls = SFTTrainer
+        if stage_cfg.batching == "shuffled_length":
+            from .sampling import ShuffledLengthSampler
+
+            class _ShuffledLengthSFT(SFTTrainer):  # transformers' group_by_length, its batches in random order
+                def _get_train_sampler(self, train_dataset=None):
+                    data = self.train_dataset if train_dataset is None else train_dataset
+                    lengths = (data["length"] if "length" in data.column_names
+                               else [len(ids) for ids in data["input_ids"]])
+                    return ShuffledLengthSampler(lengths, self.args.train_batch_size
+                                                 * self.args.gradient_accumulation_steps, seed=cfg.seed)
+
+            trainer_cls = _ShuffledLengthSFT
+        trainer = trainer_cls(model=model, args=args, train_dataset=ds, processing_class=tok, callbacks=callbacks)
     else:
         from trl import GRPOConfig as TRLGRPOConfig
         from trl import GRPOTrainer

@@ -1,0 +1,84 @@
+"""The warm start's batch order (mags_lib.training.sampling): similar lengths per batch, batches shuffled."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+import torch
+
+from mags_lib.training import SFTConfig
+from mags_lib.training.sampling import ShuffledLengthSampler, length_batches
+
+
+def _lengths(n=1200, empty_share=0.1, seed=0):
+    """Row lengths like the write role's: a tenth of the rows are the shortest (empty answers)."""
+    rng = random.Random(seed)
+    return [rng.randint(5, 8) if rng.random() < empty_share else rng.randint(40, 480) for _ in range(n)]
+
+
+def test_every_row_once_in_batches_of_similar_lengths():
+    lengths = _lengths()
+    batches = length_batches(lengths, 8, seed=0)
+    flat = [i for b in batches for i in b]
+    assert sorted(flat) == list(range(len(lengths)))
+    assert all(len(b) == 8 for b in batches)
+    # each batch is a slice of its mega-batch sorted by length: far less spread than a random batch
+    spread = sum(max(lengths[i] for i in b) - min(lengths[i] for i in b) for b in batches) / len(batches)
+    shuffled = list(range(len(lengths)))
+    random.Random(2).shuffle(shuffled)
+    rnd = [shuffled[k:k + 8] for k in range(0, len(shuffled), 8)]
+    random_spread = sum(max(lengths[i] for i in b) - min(lengths[i] for i in b) for b in rnd) / len(rnd)
+    assert spread < 0.2 * random_spread, (spread, random_spread)
+
+
+def test_the_shortest_rows_are_spread_over_training_not_at_the_end_of_each_block():
+    """transformers' LengthGroupedSampler puts them in the last batches of every 50-batch block."""
+    lengths = _lengths()
+    batches = length_batches(lengths, 8, seed=0)
+    short = [p for p, b in enumerate(batches) if max(lengths[i] for i in b) <= 8]
+    assert len(short) >= 10
+    inside = [p for p in short if p % 50 < 44]  # not in the block's last batches
+    assert len(inside) >= 0.6 * len(short), short
+    # and they reach the first and the last third of the run
+    n = len(batches)
+    assert min(short) < n / 3 and max(short) > 2 * n / 3, short
+
+
+def test_longest_batch_first_short_tail_last_and_one_order_per_seed_and_epoch():
+    lengths = _lengths(n=803)
+    batches = length_batches(lengths, 8, seed=5)
+    assert max(lengths[i] for i in batches[0]) == max(lengths)
+    assert len(batches[-1]) == 803 % 8 and all(len(b) == 8 for b in batches[:-1])
+    assert batches == length_batches(lengths, 8, seed=5)
+    assert batches != length_batches(lengths, 8, seed=5, epoch=1)
+    assert batches != length_batches(lengths, 8, seed=6)
+    assert length_batches([], 8, seed=0) == []
+    assert length_batches([3], 8, seed=0) == [[0]]
+    with pytest.raises(ValueError, match="batch_size"):
+        length_batches(lengths, 0, seed=0)
+
+
+def test_a_dataloader_over_the_sampler_yields_exactly_those_batches_per_epoch():
+    lengths = _lengths(n=300)
+    sampler = ShuffledLengthSampler(lengths, 8, seed=3)
+    loader = torch.utils.data.DataLoader(list(range(len(lengths))), sampler=sampler, batch_size=8)
+    assert len(sampler) == len(lengths)
+    assert [b.tolist() for b in loader] == length_batches(lengths, 8, seed=3)
+    sampler.set_epoch(2)
+    assert [b.tolist() for b in loader] == length_batches(lengths, 8, seed=3, epoch=2)
+
+
+def test_batching_is_validated_and_shuffled_length_is_the_default():
+    assert SFTConfig().batching == "shuffled_length"
+    with pytest.raises(ValueError, match="batching must be one of"):
+        SFTConfig(batching="by_length")
+
+
+def test_a_config_written_before_batching_existed_reads_as_what_it_ran():
+    from mags_lib.training import TrainConfig, profile_config
+
+    old = profile_config("write", "smoke").to_dict()
+    for flag, batching in ((True, "sorted_length"), (False, "random")):
+        d = {**old, "sft": {k: v for k, v in old["sft"].items() if k != "batching"} | {"group_by_length": flag}}
+        assert TrainConfig.from_dict(d).sft.batching == batching
