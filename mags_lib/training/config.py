@@ -215,8 +215,8 @@ def _profile_values(role: str, profile: str) -> dict:
         # spin-wait: generating 2 x 32 tokens took 118 s with 2 threads against 12 s with 1 (load 7, 2 cores).
         # Two warm-start steps (the second saves a checkpoint) on rows of at most 256 tokens; GRPO completions of
         # 24 / 12 tokens (the shortest caps that most smoke golds fit under: GRPO only draws prompts whose gold
-        # fits). With 3 steps, 384 tokens and 32 / 16 the three roles took 77 / 70 / 74 s (target: 3 min in all),
-        # mostly GRPO's generation on transformers (6 tokens/s here) and the answer rows' long memory blocks.
+        # fits). train_role of the three roles, quiet 2-core AVX2 machine: 178.8 s with 3 steps, 384 tokens and
+        # 32 / 16; 164.5 s so (target: 3 min in all). GRPO's generation on transformers (6 tokens/s here) is most of it.
         return dict(sft=dict(max_steps=2, batch_size=2, max_length=256, n_generated=16, n_seed=8, save_steps=2),
                     grpo=dict(max_steps=2, prompts_per_step=1, num_generations=2, n_prompts=4, save_steps=2,
                               max_completion_length=24 if long_out else 12, select_hard=False),
