@@ -27,7 +27,6 @@ import torch
 from torch.utils.data import Sampler
 
 
-
 def length_batches(lengths: Sequence[int], batch_size: int, *, seed: int, epoch: int = 0,
                    mega_batches: int = 50) -> list[list[int]]:
     """Batches of row indices: similar lengths in each batch, the batches in a seeded random order.
