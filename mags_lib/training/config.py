@@ -29,6 +29,7 @@ __all__ = ["OBJECTIVES", "PROFILES", "GRPOConfig", "LoraSpec", "SFTConfig", "Tra
 
 PROFILES = ("smoke", "default", "full")
 BATCHING = ("shuffled_length", "sorted_length", "random")  # SFTConfig.batching (training.sampling)
+LOSS_AVERAGES = ("token", "sequence")  # SFTConfig.loss_average (training.losses)
 
 ALL_LINEAR = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 
@@ -90,6 +91,8 @@ class SFTConfig:
                                           "padding), the batches in random order | sorted_length: transformers' "
                                           "group_by_length (each 50-batch block longest first: the shortest rows come "
                                           "in runs, see training.sampling) | random")
+    loss_average: str = _f("token", "token: the batch's mean over its completion tokens (long completions weigh "
+                                    "more) | sequence: each row's mean, then the mean over rows (training.losses)")
     bf16: bool = _f(True, "bf16 autocast (CPUs with avx512_bf16 / AMX, or CUDA); fp32 otherwise")
     save_steps: int = _f(25, "checkpoint every this many steps (resume point after an interruption)")
     save_total_limit: int = _f(2, "checkpoints kept")
@@ -106,6 +109,8 @@ class SFTConfig:
             raise ValueError("n_generated must be >= 0 and n_seed >= -1")
         if self.batching not in BATCHING:
             raise ValueError(f"batching must be one of {BATCHING}, got {self.batching!r}")
+        if self.loss_average not in LOSS_AVERAGES:
+            raise ValueError(f"loss_average must be one of {LOSS_AVERAGES}, got {self.loss_average!r}")
 
 
 @dataclass(frozen=True)
