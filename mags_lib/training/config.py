@@ -92,7 +92,9 @@ class SFTConfig:
                                           "group_by_length (each 50-batch block longest first: the shortest rows come "
                                           "in runs, see training.sampling) | random")
     loss_average: str = _f("token", "token: the batch's mean over its completion tokens (long completions weigh "
-                                    "more) | sequence: each row's mean, then the mean over rows (training.losses)")
+                                    "more) | sequence: each row's mean, then the mean over rows (training.losses; "
+                                    "with batching='random' the writer learnt to store nothing for chatter, but "
+                                    "stopped less on long rows: README)")
     bf16: bool = _f(True, "bf16 autocast (CPUs with avx512_bf16 / AMX, or CUDA); fp32 otherwise")
     save_steps: int = _f(25, "checkpoint every this many steps (resume point after an interruption)")
     save_total_limit: int = _f(2, "checkpoints kept")

@@ -8,7 +8,14 @@ Why it matters here: the rows whose gold is *empty* (chatter, questions, noise: 
 roles store or ask nothing) have a two-token completion (``<|im_end|>`` and a newline), a row with
 two triplets about forty. The one decision that makes an empty output -- ending at the first token
 instead of opening a tag -- then weighs 1/20 of a two-triplet row in a mixed batch under ``token``,
-and as much as any row under ``sequence``.
+and as much as any row under ``sequence``. The other side: each token of a long completion, its
+closing ``<|im_end|>`` included, weighs less.
+
+Measured (write role, default data, 100 steps of 8 at 1.5e-3, 2026-11-27, README): in length-grouped
+batches the two averages nearly coincide (similar completions per batch); with ``batching="random"``
+the ``sequence`` average left all 48 empty-gold test rows empty (3 of 48 before) and raised
+exact-triplet F1 from 0.59 to 0.76, but 28 of 67 long seed rows ran to the token cap (1 before), so
+the profiles keep ``token``.
 
 Like TRL's default (``loss_type="chunked_nll"``), :func:`completion_nll` runs the output projection on
 the completion positions only: the prompt's positions (most of a row) never become vocabulary-sized
