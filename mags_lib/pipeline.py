@@ -1249,9 +1249,37 @@ def _run_key(job: _Job, upstream: Sequence[str], specs: Mapping[str, dict], libr
                       library=library_digest(library, imported))
 
 
+def _forget_papermill_cwd() -> None:
+    """Clear the working directory papermill's local file handler keeps between calls.
+
+    papermill's ``execute_notebook`` sets that process-wide handler's directory to the current one and
+    restores the previous value when it returns; two notebooks run in threads restore in either order, so
+    a parallel run can leave it pointing at its notebooks' folder, and every later read or write of a
+    notebook then changes into that folder first (``FileNotFoundError`` once the folder is gone: seen in
+    the test suite, where each test's folder is removed). Every run of jobs starts and ends with none.
+    """
+    try:
+        from papermill.iorw import papermill_io
+
+        papermill_io.get_handler("local").cwd(None)
+    except Exception:  # noqa: BLE001 - another papermill without that handler: nothing kept to clear
+        pass
+
+
 def _run_jobs(jobs, needs, matrices, specs, state, state_path, run_dir, results_root, library,
               library_dir, *, force, progress, kernel_name, log, n_jobs: int = 1) -> None:
     """Execute (or skip) each run, recording it in ``state``; see run_pipeline."""
+    _forget_papermill_cwd()
+    try:
+        _run_jobs_inner(jobs, needs, matrices, specs, state, state_path, run_dir, results_root, library,
+                        library_dir, force=force, progress=progress, kernel_name=kernel_name, log=log,
+                        n_jobs=n_jobs)
+    finally:
+        _forget_papermill_cwd()
+
+
+def _run_jobs_inner(jobs, needs, matrices, specs, state, state_path, run_dir, results_root, library,
+                    library_dir, *, force, progress, kernel_name, log, n_jobs: int = 1) -> None:
     from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 
     lock = threading.Lock()

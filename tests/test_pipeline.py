@@ -826,3 +826,23 @@ def test_ctrl_c_in_a_parallel_run_stops_every_kernel_and_records_the_runs_as_int
     assert proc.returncode == 130, err[-3000:]
     state = json.loads((root / "smoke" / "pipeline.json").read_text())
     assert {k: r["status"] for k, r in state["notebooks"].items()} == {"00_a": "interrupted", "05_c": "interrupted"}
+
+
+@pytest.mark.parametrize("jobs", ["1", "2"])
+def test_a_folder_papermill_kept_from_an_earlier_run_is_not_used(tmp_path, capsys, jobs):
+    """papermill's local file handler keeps a working directory between calls, and two notebooks run in
+    threads restore it in either order, so a parallel run could leave it at its notebooks' folder; once that
+    folder was removed, every later run failed writing its notebook (FileNotFoundError, a suite flake)."""
+    from papermill.iorw import papermill_io
+
+    gone = tmp_path / "earlier_run_nbs"
+    gone.mkdir()
+    gone.rmdir()
+    papermill_io.get_handler("local").cwd(str(gone))  # what a parallel run could leave behind
+    nbs = tmp_path / "nbs"
+    write_nb(nbs / "00_a.ipynb", "", "x = 1", mags={"needs": []})
+    write_nb(nbs / "05_c.ipynb", "", "y = 2", mags={"needs": []})
+    rc = pipeline.main(["--notebooks-dir", str(nbs), "--results-root", str(tmp_path / "results"), "--profile",
+                        "smoke", "--no-progress", "--jobs", jobs])
+    assert rc == 0, capsys.readouterr().err[-3000:]
+    assert papermill_io.get_handler("local").cwd(None) is None  # and the run leaves none behind
