@@ -1221,9 +1221,13 @@ def run_pipeline(
     _save_state(state_path, state)
 
     with _kernel_env(results_root, n_jobs):
-        _run_jobs(jobs, needs, matrices, specs, state, state_path, run_dir, results_root,
-                  library, library_dir, force=force, progress=progress, kernel_name=kernel_name,
-                  log=log if log is not None else sys.stderr, n_jobs=n_jobs)
+        _forget_papermill_cwd()  # every run of jobs starts and ends with none kept (see there)
+        try:
+            _run_jobs(jobs, needs, matrices, specs, state, state_path, run_dir, results_root,
+                      library, library_dir, force=force, progress=progress, kernel_name=kernel_name,
+                      log=log if log is not None else sys.stderr, n_jobs=n_jobs)
+        finally:
+            _forget_papermill_cwd()
     return state
 
 
@@ -1269,17 +1273,6 @@ def _forget_papermill_cwd() -> None:
 def _run_jobs(jobs, needs, matrices, specs, state, state_path, run_dir, results_root, library,
               library_dir, *, force, progress, kernel_name, log, n_jobs: int = 1) -> None:
     """Execute (or skip) each run, recording it in ``state``; see run_pipeline."""
-    _forget_papermill_cwd()
-    try:
-        _run_jobs_inner(jobs, needs, matrices, specs, state, state_path, run_dir, results_root, library,
-                        library_dir, force=force, progress=progress, kernel_name=kernel_name, log=log,
-                        n_jobs=n_jobs)
-    finally:
-        _forget_papermill_cwd()
-
-
-def _run_jobs_inner(jobs, needs, matrices, specs, state, state_path, run_dir, results_root, library,
-                    library_dir, *, force, progress, kernel_name, log, n_jobs: int = 1) -> None:
     from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 
     lock = threading.Lock()

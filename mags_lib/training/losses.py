@@ -63,11 +63,11 @@ def completion_nll(model, inputs: dict, labels: torch.Tensor) -> tuple[torch.Ten
 def sequence_mean(nll: torch.Tensor, rows: torch.Tensor, n_rows: int) -> torch.Tensor:
     """The mean over the rows that have a counted token of each row's mean token loss."""
     counts = torch.bincount(rows, minlength=n_rows)
-    if not bool((counts > 0).any()):
+    has = counts > 0
+    if not bool(has.any()):
         raise ValueError("a batch without a single completion token (every label is -100): check the "
                          "completion mask of the training examples")
     sums = torch.zeros(n_rows, dtype=nll.dtype, device=nll.device).index_add(0, rows, nll)
-    has = counts > 0
     return (sums[has] / counts[has]).mean()
 
 
