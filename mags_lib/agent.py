@@ -122,6 +122,8 @@ class MAGSConfig:
     n_ctx: int = 2048  # llama.cpp context window
     context_per_role: bool = True  # llama.cpp: one context per role on the same mmapped weights, so each
     # role's fixed prompt prefix (system prompt + few-shot) stays in its KV cache between calls
+    stop_repeats: bool = True  # ask / write: decoding ends at the first repeated tag, which adds no operation
+    # (a looping model spends its budget on one triplet and is cut off mid-tag; False: decode as it loops)
     answer_stop: tuple | None = None  # strings that end the answer (None: the answer prompt spec's, a newline)
     seed: int = 0
     backend_kwargs: dict = field(default_factory=dict)  # extra load_backend() options
@@ -644,7 +646,8 @@ class MAGS:
                 gbnf = spec.grammar(nonempty=nonempty)
         prompts = [spec.messages(t) for t in texts]
         gens = self.backend(role).generate(prompts, max_new_tokens=spec.max_new_tokens, temperature=c.temperature,
-                                           grammar=gbnf, stop=list(spec.stop) or None, seed=c.seed)
+                                           grammar=gbnf, stop=list(spec.stop) or None, seed=c.seed,
+                                           stop_repeats=c.stop_repeats and spec.stop_repeats)
         return [Extraction(input=t, role=role, text=g.text, strict=P.parse(g.text, role=role),
                            lenient=P.parse(g.text, role=role, mode="lenient"),
                            n_new_tokens=g.n_new_tokens, seconds=g.seconds)

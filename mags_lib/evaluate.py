@@ -58,6 +58,7 @@ class EvalConfig:
     seed: int = 0  # sampling of the examples
     batch_size: int = 8  # prompts per backend call (progress granularity)
     retrieval: bool = True  # ask sets with a context: also score the share of gold facts the queries recall
+    stop_repeats: bool = True  # ask / write: decoding ends at the first repeated tag (False: as the model loops)
 
     def __post_init__(self) -> None:
         unknown = set(self.modes) - set(MODES)
@@ -107,7 +108,8 @@ def _key(cfg: EvalConfig, mode: str, rows: Sequence[dict], model_path: str, spec
     h.update(json.dumps({"model": model_path, "backend": cfg.backend, "mode": mode, "prompt": spec.to_dict(),
                          "few_shot_examples": protocol.FEW_SHOT.get(spec.role, [])[:spec.few_shot],
                          "max_new_tokens": _max_new(cfg, spec),
-                         "grammar": spec.grammar() if mode == "grammar" else None}, sort_keys=True).encode())
+                         "grammar": spec.grammar() if mode == "grammar" else None,
+                         "stop_repeats": cfg.stop_repeats and spec.stop_repeats}, sort_keys=True).encode())
     for r in rows:
         h.update(f"{r['id']}\x00{r['input']}\x00{r['response']}\x00{_memory_text(r)}\n".encode())
     return h.hexdigest()[:16]
@@ -241,7 +243,8 @@ def _generate(backend, rows: list[dict], spec: PromptSpec, mode: str, cfg: EvalC
     for start in range(0, len(rows), cfg.batch_size):
         chunk = prompts[start:start + cfg.batch_size]
         gens = backend.generate(chunk, max_new_tokens=_max_new(cfg, spec), temperature=0.0, grammar=grammar,
-                                stop=list(spec.stop) or None, seed=cfg.seed)
+                                stop=list(spec.stop) or None, seed=cfg.seed,
+                                stop_repeats=cfg.stop_repeats and spec.stop_repeats)
         for r, g in zip(rows[start:start + cfg.batch_size], gens):
             records.append({"id": r["id"], "kind": r["kind"], "input": r["input"], "gold": r["response"],
                             "output": g.text, "n_prompt_tokens": g.n_prompt_tokens, "n_new_tokens": g.n_new_tokens,

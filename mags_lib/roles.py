@@ -102,6 +102,14 @@ class PromptSpec:
     def has_grammar(self) -> bool:
         return self.role in protocol.ROLES
 
+    @property
+    def stop_repeats(self) -> bool:
+        """Whether decoding ends at the first repeated tag (``Backend.generate(stop_repeats=...)``): the tag
+        roles, ask and write, where a repeated tag adds no operation. A warm-started writer loops one triplet
+        until the budget runs out on some long inputs (28-34 of the 67 seed test rows, README), and the
+        output cut off mid-tag fails the strict format."""
+        return self.has_grammar
+
     def grammar(self, *, nonempty: bool = False) -> str | None:
         """The role's GBNF grammar with these bounds (``None`` without one); ``nonempty``: >= 1 tag."""
         if not self.has_grammar:

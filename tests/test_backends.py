@@ -6,6 +6,7 @@ Each model is loaded once per module. The transformers model takes a few seconds
 
 from __future__ import annotations
 
+import dataclasses
 import subprocess
 import sys
 import textwrap
@@ -74,6 +75,33 @@ def test_llamacpp_generates_with_counts(llama):
     # the chat prompt's token count is that of its rendered template
     assert gens[0].n_prompt_tokens == len(llama.tokenize(llama.render(CHAT)))
     assert llama.count_tokens("Blorps eat frozen lemons.") == 7
+
+
+# Raw text whose greedy continuation on the base model repeats the same tag to the budget (both backends).
+LOOP = "A list of tags, each on its own line:\n" + "<tag>red</tag>\n" * 4
+
+
+def _stops_at_the_first_repeat(b):
+    from mags_lib.backends.base import cut_at_repeat, first_repeat
+
+    prompts = [LOOP, CHAT]
+    free = b.generate(prompts, max_new_tokens=48)
+    stopped = b.generate(prompts, max_new_tokens=48, stop_repeats=True)
+    assert first_repeat(free[0].text) is not None, free[0].text  # it loops (else this test shows nothing)
+    assert free[0].n_new_tokens == 48
+    assert stopped[0].text == cut_at_repeat(free[0].text)[0] and first_repeat(stopped[0].text) is None
+    # decoding ended right after the repeat (the first tag, its copy: a few tokens), not at the budget
+    assert stopped[0].n_new_tokens < 20
+    assert stopped[1] == dataclasses.replace(free[1], seconds=stopped[1].seconds)  # no tags: nothing changes
+
+
+def test_llamacpp_stops_decoding_at_the_first_repeated_tag(llama):
+    _stops_at_the_first_repeat(llama)
+
+
+@pytest.mark.slow
+def test_transformers_stops_decoding_at_the_first_repeated_tag(hf):
+    _stops_at_the_first_repeat(hf)
 
 
 def test_argument_checks(llama):

@@ -24,7 +24,8 @@ class EchoBackend:
         self.chatty = set(chatty)
         self.calls = []
 
-    def generate(self, prompts, *, max_new_tokens=64, temperature=0.0, grammar=None, stop=None, seed=None):
+    def generate(self, prompts, *, max_new_tokens=64, temperature=0.0, grammar=None, stop=None, seed=None,
+                 stop_repeats=False):
         self.calls.append({"n": len(prompts), "grammar": grammar, "temperature": temperature})
         out = []
         for p in prompts:

@@ -95,11 +95,14 @@ def smoke_run(build_once) -> SmokeRun:
     models/<role>/ nor data/generated/ into the checkout (a real training run may be using them): it
     reads the checkout's converted base model and ``../shared`` through links."""
     def build(tmp: Path) -> dict:
+        from mags_lib.models import base_model_dir
+
         results = tmp / "results"
         project = tmp / "project"
         (project / "models").mkdir(parents=True)
-        if (ROOT / "models" / "base").is_dir():
-            (project / "models" / "base").symlink_to(ROOT / "models" / "base", target_is_directory=True)
+        # converted here once (on a fresh clone), not again by the notebooks inside the temporary project
+        base_model_dir(ROOT / "models")
+        (project / "models" / "base").symlink_to(ROOT / "models" / "base", target_is_directory=True)
         # no ../shared beside the temporary project: the run is what a clone with nothing beside it does (the
         # seed datasets and LoCoMo are optional inputs; each notebook says in one line what it skipped)
         cmd = [sys.executable, "-m", "mags_lib.pipeline", "--profile", "smoke", "--jobs", "2", "--run-tag", "test-smoke",

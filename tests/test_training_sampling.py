@@ -82,3 +82,13 @@ def test_a_config_written_before_batching_existed_reads_as_what_it_ran():
     for flag, batching in ((True, "sorted_length"), (False, "random")):
         d = {**old, "sft": {k: v for k, v in old["sft"].items() if k != "batching"} | {"group_by_length": flag}}
         assert TrainConfig.from_dict(d).sft.batching == batching
+
+
+def test_the_default_writer_trains_on_random_batches_with_the_row_mean():
+    """The recipe the README's write probes chose for the writer; the roles it was not probed on keep theirs."""
+    from mags_lib.training.config import profile_config
+
+    got = {r: (profile_config(r, "default").sft.batching, profile_config(r, "default").sft.loss_average)
+           for r in ("ask", "write", "answer")}
+    assert got == {"ask": ("shuffled_length", "token"), "write": ("random", "sequence"),
+                   "answer": ("shuffled_length", "token")}

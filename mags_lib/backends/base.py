@@ -18,6 +18,7 @@ import atexit
 import contextlib
 import hashlib
 import json
+import re
 import threading
 import weakref
 from collections.abc import Iterator, Sequence
@@ -51,7 +52,8 @@ class Generation:
     Attributes
     ----------
     text : str
-        The generated text (special tokens and the stop string removed).
+        The generated text (special tokens and the stop string removed; with ``stop_repeats``, the
+        repeated element and what followed it removed too).
     n_prompt_tokens : int
         Tokens in the prompt as the model saw it (chat template included).
     n_new_tokens : int
@@ -82,8 +84,8 @@ class GenerationMemo:
     token budgets): the write and ask models see the same observations and questions in every one,
     and greedy decoding gives the same text each time. Inside :func:`generation_memo` every backend
     answers a greedy call it has already made from the memo. The key is the model file, the applied
-    adapter (name and file), the prompt, ``max_new_tokens``, the grammar, the stop strings and the
-    context size; sampled calls (``temperature > 0``) are never remembered. A hit returns the stored
+    adapter (name and file), the prompt, ``max_new_tokens``, the grammar, the stop strings,
+    ``stop_repeats`` and the context size; sampled calls (``temperature > 0``) are never remembered. A hit returns the stored
     text and token counts with ``seconds=0`` and ``cached=True``: latencies measured under a memo are
     not the model's.
     """
@@ -101,10 +103,12 @@ class GenerationMemo:
 
     @staticmethod
     def key(backend: Backend, prompt: Any, max_new_tokens: int, grammar: str | None,
-            stop: Sequence[str]) -> str:
+            stop: Sequence[str], stop_repeats: bool = False) -> str:
         active = backend.active_adapter
         ident = [backend.name, backend.model_path, active, backend.adapters.get(active) if active else None,
                  getattr(backend, "n_ctx", None), prompt, int(max_new_tokens), grammar, list(stop)]
+        if stop_repeats:  # appended only when set: the keys of every other call are what they were
+            ident.append("stop_repeats")
         return hashlib.sha256(json.dumps(ident, sort_keys=True, default=str).encode()).hexdigest()
 
     def get(self, key: str) -> Generation | None:
@@ -168,10 +172,14 @@ class Backend(abc.ABC):
         What was loaded (a file or a folder).
     supports_grammar : bool
         Whether :meth:`generate` accepts a GBNF ``grammar``.
+    stops_at_repeats : bool
+        Whether :meth:`_generate` takes ``stop_repeats=True`` and stops decoding at the first
+        repeated element (otherwise :meth:`generate` only cuts the text there).
     """
 
     name: str = "base"
     supports_grammar: bool = False
+    stops_at_repeats: bool = False
 
     def __init__(self) -> None:
         self.model_path: str = ""
@@ -191,6 +199,7 @@ class Backend(abc.ABC):
         grammar: str | None = None,
         stop: Sequence[str] | None = None,
         seed: int | None = None,
+        stop_repeats: bool = False,
     ) -> list[Generation]:
         """Complete each prompt.
 
@@ -209,6 +218,13 @@ class Backend(abc.ABC):
             Strings that end a completion; they are not included in the text.
         seed : int, optional
             Sampling seed (ignored when greedy).
+        stop_repeats : bool
+            End a completion as soon as it repeats, verbatim, an element ``<name>...</name>`` it
+            already holds (a small model's greedy loop: one memory tag again and again until the
+            budget runs out); the repeat is not part of the text (see :func:`cut_at_repeat`). For
+            the tag roles (ask, write) a repeated tag adds no operation, so the text keeps every
+            operation the model produced before it started looping. Backends stop decoding there;
+            one that cannot (vLLM) decodes on and has its text cut the same way.
 
         Returns
         -------
@@ -239,26 +255,36 @@ class Backend(abc.ABC):
                              "'llamacpp' backend (or 'vllm' on a GPU), or pass grammar=None")
         if grammar is not None and not grammar.strip():
             raise ValueError("grammar is an empty string; pass a GBNF grammar or None")
+        if not isinstance(stop_repeats, bool):
+            raise TypeError(f"stop_repeats must be True or False, got {stop_repeats!r}")
         stop = [s for s in (stop or []) if s]
         if not prompts:
             return []
         memo = _MEMO[-1] if _MEMO and temperature == 0 else None
         if memo is None:
-            return self._generate(prompts, max_new_tokens=int(max_new_tokens),
-                                  temperature=float(temperature), grammar=grammar, stop=stop, seed=seed)
-        keys = [memo.key(self, p, max_new_tokens, grammar, stop) for p in prompts]
+            return self._run(prompts, max_new_tokens=int(max_new_tokens), temperature=float(temperature),
+                             grammar=grammar, stop=stop, seed=seed, stop_repeats=stop_repeats)
+        keys = [memo.key(self, p, max_new_tokens, grammar, stop, stop_repeats) for p in prompts]
         out: list[Generation | None] = [memo.get(k) for k in keys]
         todo = [i for i, g in enumerate(out) if g is None]
         memo.hits += len(prompts) - len(todo)
         memo.misses += len(todo)
         if todo:
-            fresh = self._generate([prompts[i] for i in todo], max_new_tokens=int(max_new_tokens),
-                                   temperature=0.0, grammar=grammar, stop=stop, seed=seed)
+            fresh = self._run([prompts[i] for i in todo], max_new_tokens=int(max_new_tokens),
+                              temperature=0.0, grammar=grammar, stop=stop, seed=seed, stop_repeats=stop_repeats)
             for i, g in zip(todo, fresh):
                 memo.put(keys[i], g)
                 out[i] = g
         computed = set(todo)
         return [g if i in computed else replace(g, seconds=0.0, cached=True) for i, g in enumerate(out)]
+
+    def _run(self, prompts: list, *, stop_repeats: bool, **kw: Any) -> list[Generation]:
+        """:meth:`_generate`, which a backend that can stop at a repeat is asked to; the cut is made here."""
+        if not stop_repeats:
+            return self._generate(prompts, **kw)
+        gens = (self._generate(prompts, stop_repeats=True, **kw) if self.stops_at_repeats
+                else self._generate(prompts, **kw))
+        return [replace(g, text=cut_at_repeat(g.text)[0]) for g in gens]
 
     @abc.abstractmethod
     def count_tokens(self, text: str) -> int:
@@ -382,6 +408,36 @@ class Backend(abc.ABC):
     def _check_open(self) -> None:
         if self._closed:
             raise RuntimeError(f"{self!r} is closed; load a new backend with load_backend()")
+
+
+_ELEMENT = re.compile(r"<([A-Za-z_][\w.-]*)>(.*?)</\1>", re.DOTALL)
+
+
+def first_repeat(text: str) -> int | None:
+    """Offset of the first element ``<name>...</name>`` of ``text`` that repeats an earlier one
+    verbatim (same name, same content, character for character), or ``None``.
+
+    >>> first_repeat("<m>a,b,c</m><m>a,b,d</m><m>a,b,c</m><m>x</m>")
+    24
+    >>> first_repeat("<m>a,b,c</m><n>a,b,c</n>") is None
+    True
+    """
+    seen: set[str] = set()
+    for m in _ELEMENT.finditer(text):
+        if m.group(0) in seen:
+            return m.start()
+        seen.add(m.group(0))
+    return None
+
+
+def cut_at_repeat(text: str) -> tuple[str, bool]:
+    """``text`` up to its first repeated element (see :func:`first_repeat`), and whether it had one.
+
+    >>> cut_at_repeat("<m>a</m><m>b</m><m>a</m><m>a</m>")
+    ('<m>a</m><m>b</m>', True)
+    """
+    i = first_repeat(text)
+    return (text, False) if i is None else (text[:i], True)
 
 
 def _truncate_at_stop(text: str, stop: Sequence[str]) -> tuple[str, bool]:

@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .base import Backend, BackendUnavailableError, Generation, _truncate_at_stop
+from .base import Backend, BackendUnavailableError, Generation, _truncate_at_stop, first_repeat
 
 __all__ = ["GGUFError", "GGUFHeader", "LlamaCppBackend", "default_threads", "gguf_type", "read_gguf_header",
            "shared_models"]
@@ -406,6 +406,7 @@ class LlamaCppBackend(Backend):
     name = "llamacpp"
     supports_grammar = True
     supports_adapters = True
+    stops_at_repeats = True
 
     def __init__(self, model: Any = None, *, n_threads: int | None = None, n_ctx: int = 2048,
                  n_batch: int = 512, seed: int = 0, base_model: Any = None, lora_scale: float = 1.0,
@@ -447,6 +448,7 @@ class LlamaCppBackend(Backend):
         self.seed = int(seed)
         self.prefix_cache = bool(prefix_cache)
         self._grammars: dict[str, Any] = {}
+        self._closes: dict[int, bool] = {}  # token id -> its text holds a ">" (see _closes_element)
         self._lora: dict[str, tuple[Any, float]] = {}
         self._llm = None
         self._shared: _SharedModel | None = None
@@ -595,10 +597,13 @@ class LlamaCppBackend(Backend):
         return g
 
     def _generate(self, prompts: list, *, max_new_tokens: int, temperature: float,
-                  grammar: str | None, stop: list[str], seed: int | None) -> list[Generation]:
+                  grammar: str | None, stop: list[str], seed: int | None,
+                  stop_repeats: bool = False) -> list[Generation]:
         compiled = self.grammar(grammar) if grammar is not None else None
         out: list[Generation] = []
         for p in prompts:
+            criteria = self._llama_cpp.StoppingCriteriaList([_RepeatStop(self._closes_element, self._text_of)]) \
+                if stop_repeats else None
             text = p if isinstance(p, str) else self.render(p)
             n_prompt = len(self.tokenize(text))
             if n_prompt >= self.n_ctx:
@@ -613,7 +618,7 @@ class LlamaCppBackend(Backend):
                 prompt=text, max_tokens=budget, temperature=temperature, top_k=0, top_p=1.0,
                 min_p=0.0, typical_p=1.0, repeat_penalty=1.0, frequency_penalty=0.0,
                 presence_penalty=0.0, stop=list(stop) or None, grammar=compiled,
-                seed=self.seed if seed is None else int(seed),
+                seed=self.seed if seed is None else int(seed), stopping_criteria=criteria,
             )
             dt = time.perf_counter() - t0
             usage = res.get("usage", {})
@@ -622,6 +627,19 @@ class LlamaCppBackend(Backend):
             out.append(Generation(text=gen_text, n_prompt_tokens=int(usage.get("prompt_tokens", n_prompt)),
                                   n_new_tokens=int(usage.get("completion_tokens", 0)), seconds=dt))
         return out
+
+    def _closes_element(self, token: int) -> bool:
+        """Whether ``token``'s text holds a ``>`` (remembered per token: it is asked once per generated token)."""
+        closes = self._closes.get(token)
+        if closes is None:
+            closes = self._closes[token] = ">" in self._token_text(token)
+        return closes
+
+    def _text_of(self, tokens: Sequence[int]) -> str:
+        try:
+            return self._llm.detokenize(list(tokens), special=True).decode("utf-8", errors="ignore")
+        except TypeError:  # older signature without `special`
+            return self._llm.detokenize(list(tokens)).decode("utf-8", errors="ignore")
 
     def _release(self) -> None:
         llm = getattr(self, "_llm", None)
@@ -639,3 +657,25 @@ class LlamaCppBackend(Backend):
         if self._shared is not None:
             _release_shared(self._shared)
             self._shared = None
+
+
+class _RepeatStop:
+    """llama-cpp-python stopping criterion: true once the completion so far repeats an element.
+
+    It is called after each sampled token with the tokens evaluated until then (the prompt's on the
+    first call, which fixes where the completion starts). The completion is detokenized only when
+    its last token holds a ``>``, the only token that can close an element.
+    """
+
+    def __init__(self, closes_element, text_of) -> None:
+        self._closes_element, self._text_of = closes_element, text_of
+        self._start: int | None = None
+
+    def __call__(self, input_ids, logits) -> bool:
+        if self._start is None:
+            self._start = len(input_ids)
+            return False
+        new = input_ids[self._start:]
+        if not len(new) or not self._closes_element(int(new[-1])):
+            return False
+        return first_repeat(self._text_of([int(t) for t in new])) is not None

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from .base import Backend, Generation, _truncate_at_stop
+from .base import Backend, Generation, _truncate_at_stop, first_repeat
 
 __all__ = ["TransformersBackend"]
 
@@ -41,6 +41,7 @@ class TransformersBackend(Backend):
     """
 
     name = "transformers"
+    stops_at_repeats = True
     supports_grammar = False
     supports_adapters = True
 
@@ -128,7 +129,8 @@ class TransformersBackend(Backend):
         return len(row)
 
     def _generate(self, prompts: list, *, max_new_tokens: int, temperature: float,
-                  grammar: str | None, stop: list[str], seed: int | None) -> list[Generation]:
+                  grammar: str | None, stop: list[str], seed: int | None,
+                  stop_repeats: bool = False) -> list[Generation]:
         torch = self._torch
         texts = [p if isinstance(p, str) else self.render(p) for p in prompts]
         out: list[Generation] = []
@@ -145,6 +147,11 @@ class TransformersBackend(Backend):
                 kw.update(do_sample=False, temperature=None, top_k=None, top_p=None)
             if stop:
                 kw.update(stop_strings=list(stop), tokenizer=self.tokenizer)
+            repeats = _repeat_stopping(self.tokenizer, enc["input_ids"].shape[1]) if stop_repeats else None
+            if repeats is not None:
+                from transformers import StoppingCriteriaList
+
+                kw["stopping_criteria"] = StoppingCriteriaList([repeats])
             t0 = time.perf_counter()
             with torch.inference_mode(), torch.random.fork_rng(devices=[]):
                 if temperature > 0 and seed is not None:
@@ -152,8 +159,10 @@ class TransformersBackend(Backend):
                 ids = self.model.generate(**enc, **kw)
             dt = time.perf_counter() - t0
             new = ids[:, enc["input_ids"].shape[1]:].tolist()
-            for row, npt in zip(new, n_prompt):
+            for i, (row, npt) in enumerate(zip(new, n_prompt)):
                 n = self._n_new(row)
+                if repeats is not None and i in repeats.stopped_at:
+                    n = min(n, repeats.stopped_at[i])  # the padding after a stop is not generated
                 text = self.tokenizer.decode(row[:n], skip_special_tokens=True)
                 if stop:
                     text, _ = _truncate_at_stop(text, stop)
@@ -213,3 +222,37 @@ class TransformersBackend(Backend):
         import gc
 
         gc.collect()
+
+
+def _repeat_stopping(tokenizer, prompt_len: int):
+    """A stopping criterion that ends each row of a batch once its completion repeats an element.
+
+    A row is decoded only when its last token holds a ``>`` (the only token that closes an element);
+    ``stopped_at`` maps a row to the number of tokens it had generated when it stopped.
+    """
+    import torch
+    from transformers import StoppingCriteria
+
+    class RepeatStopping(StoppingCriteria):
+        def __init__(self) -> None:
+            self.stopped_at: dict[int, int] = {}
+            self._closes: dict[int, bool] = {}
+
+        def _closes_element(self, token: int) -> bool:
+            if token not in self._closes:
+                self._closes[token] = ">" in tokenizer.decode([token])
+            return self._closes[token]
+
+        def __call__(self, input_ids, scores, **kwargs):
+            done = torch.zeros(input_ids.shape[0], dtype=torch.bool, device=input_ids.device)
+            for i, last in enumerate(input_ids[:, -1].tolist()):
+                if i in self.stopped_at:
+                    done[i] = True
+                elif self._closes_element(last):
+                    new = input_ids[i, prompt_len:].tolist()
+                    if first_repeat(tokenizer.decode(new, skip_special_tokens=True)) is not None:
+                        self.stopped_at[i] = len(new)
+                        done[i] = True
+            return done
+
+    return RepeatStopping()

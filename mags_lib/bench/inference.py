@@ -231,7 +231,8 @@ def bench_adherence(mags, inputs: dict[str, Sequence[str]], *, max_new_tokens: i
         for mode, gbnf in tqdm([("agent_grammar", mags.grammar_for(role)),
                                 ("protocol_grammar", P.GRAMMARS[role]), ("no_grammar", None)],
                                desc=f"adherence {role}", leave=False):
-            gens = b.generate(prompts, max_new_tokens=max_new_tokens, grammar=gbnf, seed=mags.config.seed)
+            gens = b.generate(prompts, max_new_tokens=max_new_tokens, grammar=gbnf, seed=mags.config.seed,
+                              stop_repeats=mags.config.stop_repeats)
             ok = [P.parse(g.text, role=role, mode="strict").ok for g in gens]
             res[mode] = {
                 "adherence": sum(ok) / len(ok),

@@ -182,7 +182,8 @@ def parity(role: str, rows: Sequence[Mapping[str, Any]], reference: Any, files: 
             bar.update(1)
         ref_out, ref_secs, ref_new = [], 0.0, 0
         for start in range(0, len(texts), cfg.batch_size):
-            gens = ref.generate(texts[start:start + cfg.batch_size], max_new_tokens=max_new, stop=stop or None)
+            gens = ref.generate(texts[start:start + cfg.batch_size], max_new_tokens=max_new, stop=stop or None,
+                                stop_repeats=spec.stop_repeats)
             ref_out += [g.text for g in gens]
             ref_secs += gens[0].seconds
             ref_new += sum(g.n_new_tokens for g in gens)
@@ -210,7 +211,8 @@ def parity(role: str, rows: Sequence[Mapping[str, Any]], reference: Any, files: 
                     bar.update(1)
                 outs, secs, new = [], 0.0, 0
                 for ex, text, ro in zip(per_example, texts, ref_out):
-                    gen = b.generate([text], max_new_tokens=max_new, stop=stop or None)[0]
+                    gen = b.generate([text], max_new_tokens=max_new, stop=stop or None,
+                                     stop_repeats=spec.stop_repeats)[0]
                     outs.append(gen.text)
                     secs += gen.seconds
                     new += gen.n_new_tokens

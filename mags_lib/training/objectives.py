@@ -126,7 +126,7 @@ def heldout_outcome(role: str, backend, prompt, *, profile: str = "default", see
     texts = []
     for start in range(0, len(msgs), 8):
         gens = backend.generate(msgs[start:start + 8], max_new_tokens=prompt.max_new_tokens, temperature=0.0,
-                                stop=list(prompt.stop) or None, seed=seed)
+                                stop=list(prompt.stop) or None, seed=seed, stop_repeats=prompt.stop_repeats)
         texts += [g.text for g in gens]
     reward = get_reward(f"outcome_{role}", reader=reader, n_threads=reader_threads, embedder=embedder, seed=seed)
     scores = reward(texts, scenario=[r["scenario"] for r in rows])
