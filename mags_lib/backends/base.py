@@ -85,9 +85,9 @@ class GenerationMemo:
     and greedy decoding gives the same text each time. Inside :func:`generation_memo` every backend
     answers a greedy call it has already made from the memo. The key is the model file, the applied
     adapter (name and file), the prompt, ``max_new_tokens``, the grammar, the stop strings,
-    ``stop_repeats`` and the context size; sampled calls (``temperature > 0``) are never remembered. A hit returns the stored
-    text and token counts with ``seconds=0`` and ``cached=True``: latencies measured under a memo are
-    not the model's.
+    ``stop_repeats`` and the context size; sampled calls (``temperature > 0``) are never remembered.
+    A hit returns the stored text and token counts with ``seconds=0`` and ``cached=True``: latencies
+    measured under a memo are not the model's.
     """
 
     def __init__(self, max_entries: int | None = 100_000) -> None:
