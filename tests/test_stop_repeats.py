@@ -49,7 +49,7 @@ def test_the_roles_with_tags_stop_at_repeats_the_reader_does_not():
 
 
 @pytest.mark.parametrize("stop_repeats", [True, False])
-def test_the_agent_stores_what_came_before_the_loop(stop_repeats):
+def test_the_agent_stores_what_came_before_the_loop(stop_repeats, tmp_path):
     write = TableBackend({"Gus": LOOP})
     m = MAGS(MAGSConfig(maintain_every=0, embedder="hash", grammar=False, stop_repeats=stop_repeats),
              backends={"write": write})
@@ -58,7 +58,10 @@ def test_the_agent_stores_what_came_before_the_loop(stop_repeats):
     assert o.extraction.adherent is stop_repeats  # cut off mid-tag: not the strict format
     assert sorted(o.triplets) == [("Gus", "is", "a lobster"), ("Gus", "lives in", "a tank")]
     # the setting is saved with the memory and read back
-    assert MAGSConfig.from_dict(m.config.to_dict()).stop_repeats is stop_repeats
+    m.save(tmp_path / "mem")
+    with MAGS.load(tmp_path / "mem", backends={"write": write}) as m2:
+        assert m2.config.stop_repeats is stop_repeats
+        assert m2.observe("Gus again.", source="S2").extraction.text == o.extraction.text
 
 
 def test_the_evaluation_decodes_as_configured_and_caches_each_apart(tmp_path):
