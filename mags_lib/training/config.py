@@ -239,10 +239,11 @@ def _profile_values(role: str, profile: str) -> dict:
         # GRPO: 4.0 / 8.0 / 5.9 s a step beside other work) reached exact-triplet F1 0.37 and answer accuracy 0.62,
         # still climbing, with half the budget unused: this third one spends it, ~1 epoch of fresh generated rows
         # per role (seed rows unchanged). Figures per run: models/<role>/<run_tag>/meta.json, README.
-        # The writer: rows in random batches, each row's mean loss (probes of 100 steps, README: exact-triplet F1
-        # 0.59 -> 0.76, all 48 empty-gold test inputs left empty instead of 3; the long seed rows it then loops on
-        # are cut at the first repeated tag when decoding, Backend.generate(stop_repeats=True)). Random batches
-        # pad: ~1.8x the time of a step here. Ask and answer keep length-grouped batches (not probed).
+        # The writer: rows in random batches, each row's mean loss (probes of 100 steps at 1.5e-3, README:
+        # exact-triplet F1 0.59 -> 0.76, all 48 empty-gold test inputs left empty instead of 3; the long seed rows
+        # it then loops on are cut at the first repeated tag when decoding, Backend.generate(stop_repeats=True);
+        # at this profile's 4e-4, 100 steps: 0.43, the 48 still empty). Random batches pad: ~1.5-1.8x the time of
+        # a step here. Ask and answer keep length-grouped batches (not probed).
         write = dict(batching="random", loss_average="sequence") if role == "write" else {}
         return dict(sft=dict(max_steps={"ask": 200, "write": 280, "answer": 260}[role], batch_size=8, save_steps=10,
                              n_generated={"ask": 1600, "write": 2240, "answer": 2080}[role], n_seed=320, **write),
