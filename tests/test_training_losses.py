@@ -87,3 +87,93 @@ def test_the_sequence_mean_on_hand_made_tokens():
 def test_an_unknown_loss_average_is_refused():
     with pytest.raises(ValueError, match="loss_average must be one of"):
         SFTConfig(loss_average="row")
+
+
+# -- padding left out of the forward pass (losses.length_chunks, completion_nll) -------------------------------
+
+
+def _tiny_lm(seed: int = 0):
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(seed)
+    return LlamaForCausalLM(LlamaConfig(vocab_size=97, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128,
+                                        pad_token_id=0))
+
+
+def _padded_batch(lengths, prompt_lens, *, side="right", seed=1):
+    """Random rows of the given lengths, padded to the longest; labels -100 on the prompt and the padding."""
+    g = torch.Generator().manual_seed(seed)
+    width = max(lengths)
+    ids = torch.zeros(len(lengths), width, dtype=torch.long)
+    mask = torch.zeros_like(ids)
+    labels = torch.full_like(ids, -100)
+    for i, (n, p) in enumerate(zip(lengths, prompt_lens)):
+        cols = slice(0, n) if side == "right" else slice(width - n, width)
+        ids[i, cols] = torch.randint(1, 97, (n,), generator=g)
+        mask[i, cols] = 1
+        row = ids[i, cols].clone()
+        row[:p] = -100
+        labels[i, cols] = row
+    return {"input_ids": ids, "attention_mask": mask}, labels
+
+
+@pytest.mark.parametrize("lengths, slack, chunks", [
+    ([40, 400, 38, 390, 100], 1.25, [[1, 3], [4], [0, 2]]),  # the long seed rows, one medium, the chatter
+    ([40, 400, 38, 390, 100], None, [[1, 3, 4, 0, 2]]),      # one padded batch, longest first
+    ([10, 10, 10], 1.0, [[0, 1, 2]]),                        # equal lengths never split
+    ([12, 10, 0], 1.0, [[0], [1]]),                          # an all-padding row is left out
+    ([100, 60, 30], 1.5, [[0, 1], [2]]),                     # 200 <= 1.5 x 160, but 300 > 1.5 x 190
+    ([], 1.25, []),
+])
+def test_length_chunks_group_rows_of_similar_length(lengths, slack, chunks):
+    from mags_lib.training.losses import length_chunks
+
+    assert length_chunks(lengths, slack) == chunks
+
+
+def test_length_chunks_refuses_a_slack_below_one():
+    from mags_lib.training.losses import length_chunks
+
+    with pytest.raises(ValueError, match="slack must be >= 1"):
+        length_chunks([3, 2], 0.9)
+
+
+@pytest.mark.parametrize("side", ["right", "left"])
+def test_the_chunked_loss_and_gradients_are_those_of_the_padded_batch(side):
+    """Mutations that fail here: the chunk's rows mapped back without ``idx`` (losses land on the wrong
+    rows), the labels not cut to the chunk's width, the chunk cut before its longest row's end."""
+    from mags_lib.training.losses import completion_nll, sequence_mean_loss
+
+    lengths, prompts = [9, 61, 23, 60, 5, 33], [4, 40, 15, 41, 3, 20]
+    inputs, labels = _padded_batch(lengths, prompts, side=side)
+    model = _tiny_lm()
+    seen: list[int] = []
+    hook = model.get_input_embeddings().register_forward_hook(lambda m, a, out: seen.append(a[0].numel()))
+    grads, losses = {}, {}
+    for slack in (None, 1.0, 1.25):
+        model.zero_grad()
+        seen.clear()
+        loss, counts = sequence_mean_loss(model, inputs, labels, slack=slack)
+        loss.backward()
+        losses[slack], grads[slack] = loss.item(), [p.grad.clone() for p in model.parameters()]
+        assert counts["n_tokens"] == sum(n - p for n, p in zip(lengths, prompts))
+        if slack is None:
+            assert seen == [len(lengths) * max(lengths)]  # the padded batch, as the collator made it
+        elif side == "right":
+            assert sum(seen) < 0.7 * len(lengths) * max(lengths)  # the padding is not computed
+        if slack == 1.0 and side == "right":
+            assert sum(seen) == sum(lengths)  # every length its own chunk: 122 > 1.0 x (61 + 60)
+    hook.remove()
+    for slack in (1.0, 1.25):
+        assert losses[slack] == pytest.approx(losses[None], rel=1e-5)
+        for a, b in zip(grads[slack], grads[None]):
+            torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-6)
+    # each row's tokens stay with their row: the per-row mean of the chunked losses, row by row
+    nll, rows, _ = completion_nll(model, inputs, labels, slack=1.0)
+    with torch.no_grad():
+        for i, (n, p) in enumerate(zip(lengths, prompts)):
+            one = {k: v[i:i + 1] for k, v in inputs.items()}
+            ref, ref_rows, _ = completion_nll(model, one, labels[i:i + 1], slack=None)
+            assert (ref_rows == 0).all() and len(ref) == n - p
+            torch.testing.assert_close(nll[rows == i].detach(), ref, rtol=1e-4, atol=1e-5)

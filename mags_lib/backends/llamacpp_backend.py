@@ -558,10 +558,7 @@ class LlamaCppBackend(Backend):
     def _token_text(self, token: int) -> str:
         if token is None or token < 0:
             return ""
-        try:
-            return self._llm.detokenize([token], special=True).decode("utf-8", errors="ignore")
-        except TypeError:  # older signature without `special`
-            return self._llm.detokenize([token]).decode("utf-8", errors="ignore")
+        return self._text_of([token])
 
     # -- Backend API ---------------------------------------------------------------------------
     def render(self, messages: Sequence[dict]) -> str:
@@ -636,6 +633,7 @@ class LlamaCppBackend(Backend):
         return closes
 
     def _text_of(self, tokens: Sequence[int]) -> str:
+        """The text of ``tokens``, special tokens written out."""
         try:
             return self._llm.detokenize(list(tokens), special=True).decode("utf-8", errors="ignore")
         except TypeError:  # older signature without `special`

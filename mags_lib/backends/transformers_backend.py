@@ -88,6 +88,7 @@ class TransformersBackend(Backend):
         kw = {"gguf_file": gguf_file} if gguf_file else {}
         self.tokenizer = AutoTokenizer.from_pretrained(str(tok_src), **kw)
         self.tokenizer.padding_side = "left"
+        self._closes: dict[int, bool] = {}  # token id -> its text holds a ">" (the repeat stop asks per token)
         self.tokenizer.clean_up_tokenization_spaces = False
         if self.tokenizer.pad_token_id is None:
             self.tokenizer.pad_token = self.tokenizer.eos_token
@@ -147,7 +148,8 @@ class TransformersBackend(Backend):
                 kw.update(do_sample=False, temperature=None, top_k=None, top_p=None)
             if stop:
                 kw.update(stop_strings=list(stop), tokenizer=self.tokenizer)
-            repeats = _repeat_stopping(self.tokenizer, enc["input_ids"].shape[1]) if stop_repeats else None
+            repeats = (_repeat_stopping(self.tokenizer, enc["input_ids"].shape[1], self._closes)
+                       if stop_repeats else None)
             if repeats is not None:
                 from transformers import StoppingCriteriaList
 
@@ -224,10 +226,11 @@ class TransformersBackend(Backend):
         gc.collect()
 
 
-def _repeat_stopping(tokenizer, prompt_len: int):
+def _repeat_stopping(tokenizer, prompt_len: int, closes: dict[int, bool]):
     """A stopping criterion that ends each row of a batch once its completion repeats an element.
 
     A row is decoded only when its last token holds a ``>`` (the only token that closes an element);
+    ``closes`` remembers that per token id across calls (the backend's, for its tokenizer);
     ``stopped_at`` maps a row to the number of tokens it had generated when it stopped.
     """
     import torch
@@ -236,12 +239,11 @@ def _repeat_stopping(tokenizer, prompt_len: int):
     class RepeatStopping(StoppingCriteria):
         def __init__(self) -> None:
             self.stopped_at: dict[int, int] = {}
-            self._closes: dict[int, bool] = {}
 
         def _closes_element(self, token: int) -> bool:
-            if token not in self._closes:
-                self._closes[token] = ">" in tokenizer.decode([token])
-            return self._closes[token]
+            if token not in closes:
+                closes[token] = ">" in tokenizer.decode([token])
+            return closes[token]
 
         def __call__(self, input_ids, scores, **kwargs):
             done = torch.zeros(input_ids.shape[0], dtype=torch.bool, device=input_ids.device)

@@ -20,7 +20,12 @@ the profiles keep ``token``. The random batches carry most of both: ``token`` wi
 
 Like TRL's default (``loss_type="chunked_nll"``), :func:`completion_nll` runs the output projection on
 the completion positions only: the prompt's positions (most of a row) never become vocabulary-sized
-logits.
+logits. And it leaves the padding out: the rows of a batch go through the model in chunks of similar
+length (:func:`length_chunks`), each cut at its longest row. Measured (write role, default data,
+random batches of 8, SmolLM2-135M + LoRA r=32, 2 threads, AVX2 fp32, 2026-11-27): the padded batches
+computed 1.82 positions per real token; in chunks (``PAD_SLACK=1.25``) 1.16, forward+backward 65.5 ->
+108.7 tokens/s (``python -m mags_lib.training.throughput --chunks write``), the same losses; through the
+trainer, 10 steps took 147.7 s padded and 102.5 s in chunks, with the same loss at every step.
 
 >>> import torch
 >>> nll = torch.tensor([1.0, 3.0, 2.0])                 # row 0: two tokens, row 1: one
@@ -35,30 +40,91 @@ logits.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import torch
 import torch.nn.functional as F
 
 from .config import LOSS_AVERAGES
 
-__all__ = ["LOSS_AVERAGES", "completion_nll", "sequence_mean", "sequence_mean_loss"]
+__all__ = ["LOSS_AVERAGES", "PAD_SLACK", "completion_nll", "length_chunks", "row_widths", "sequence_mean",
+           "sequence_mean_loss"]
 
 
-def completion_nll(model, inputs: dict, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+# A chunk of rows is decoded as one padded batch while its padded positions stay within this factor of its real
+# ones (see length_chunks); None: the whole batch as one (the padded batch the collator made).
+PAD_SLACK: float | None = 1.25
+
+
+def length_chunks(lengths: Sequence[int], slack: float | None = 1.25) -> list[list[int]]:
+    """Rows grouped for padded forward passes that waste little: longest first, a row joins the current
+    chunk while ``chunk width x rows <= slack x real tokens`` (the width is the chunk's first, longest row).
+    Rows of length 0 (all padding) are left out; ``slack=None`` keeps every other row in one chunk.
+
+    >>> length_chunks([40, 400, 38, 390, 100, 0])
+    [[1, 3], [4], [0, 2]]
+    >>> length_chunks([40, 400, 38, 390, 100, 0], slack=None)
+    [[1, 3, 4, 0, 2]]
+    """
+    order = sorted((i for i, n in enumerate(lengths) if n > 0), key=lambda i: -lengths[i])
+    if slack is None:
+        return [order] if order else []
+    if not slack >= 1.0:
+        raise ValueError(f"slack must be >= 1 (padded / real tokens) or None, got {slack!r}")
+    chunks: list[list[int]] = []
+    real = 0
+    for i in order:
+        if chunks and lengths[chunks[-1][0]] * (len(chunks[-1]) + 1) <= slack * (real + lengths[i]):
+            chunks[-1].append(i)
+            real += lengths[i]
+        else:
+            chunks.append([i])
+            real = lengths[i]
+    return chunks
+
+
+def row_widths(attention_mask: torch.Tensor) -> list[int]:
+    """Per row, the position after its last real token (right padding: its length; 0: all padding)."""
+    m = attention_mask.bool()
+    last = m.shape[1] - m.flip(1).int().argmax(1)
+    return torch.where(m.any(1), last, torch.zeros_like(last)).tolist()
+
+
+def completion_nll(model, inputs: dict, labels: torch.Tensor, *, slack: float | None | str = "auto",
+                   ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Next-token losses of the completion tokens of a batch.
 
     ``model``: a causal LM (a PEFT model is unwrapped; its LoRA layers stay in the path);
     ``labels``: ``(B, S)`` with -100 outside the completions. Returns ``(nll, rows, correct)``, one
     entry per counted token: its loss (fp32), the row it belongs to, and whether the argmax is right.
+
+    The rows go through the model in :func:`length_chunks` (``slack="auto"``: :data:`PAD_SLACK`), each
+    chunk cut to its longest row: a row's positions never attend to the padding after it (causal
+    attention), so the losses are those of the padded batch, without computing the padding. A random
+    batch of the write role mixes 40-token chatter with 400-token seed rows; padded to its longest row it
+    is mostly padding.
     """
     inner = model.get_base_model() if hasattr(model, "get_base_model") else model
-    keep = {k: inputs[k] for k in ("attention_mask", "position_ids") if inputs.get(k) is not None}
-    hidden = inner.base_model(input_ids=inputs["input_ids"], use_cache=False, **keep).last_hidden_state
-    target = labels[:, 1:].to(hidden.device)
-    mask = target != -100
-    logits = inner.get_output_embeddings()(hidden[:, :-1][mask]).float()
-    gold = target[mask]
-    nll = F.cross_entropy(logits, gold, reduction="none")
-    return nll, mask.nonzero()[:, 0], logits.detach().argmax(-1) == gold
+    mask = inputs.get("attention_mask")
+    n_rows, width = inputs["input_ids"].shape
+    widths = row_widths(mask) if mask is not None else [width] * n_rows
+    slack = PAD_SLACK if slack == "auto" else slack
+    parts = []
+    for chunk in length_chunks(widths, slack):
+        idx = torch.tensor(chunk, device=inputs["input_ids"].device)
+        w = widths[chunk[0]]
+        keep = {k: inputs[k][idx, :w] for k in ("attention_mask", "position_ids") if inputs.get(k) is not None}
+        hidden = inner.base_model(input_ids=inputs["input_ids"][idx, :w], use_cache=False, **keep).last_hidden_state
+        target = labels[idx.to(labels.device), 1:w].to(hidden.device)
+        m = target != -100
+        logits = inner.get_output_embeddings()(hidden[:, :-1][m]).float()
+        gold = target[m]
+        parts.append((F.cross_entropy(logits, gold, reduction="none"), idx[m.nonzero()[:, 0]],
+                      logits.detach().argmax(-1) == gold))
+    if not parts:
+        empty = torch.zeros(0, device=inputs["input_ids"].device)
+        return empty, empty.long(), empty.bool()
+    return tuple(torch.cat(x) for x in zip(*parts))
 
 
 def sequence_mean(nll: torch.Tensor, rows: torch.Tensor, n_rows: int) -> torch.Tensor:
@@ -72,9 +138,10 @@ def sequence_mean(nll: torch.Tensor, rows: torch.Tensor, n_rows: int) -> torch.T
     return (sums[has] / counts[has]).mean()
 
 
-def sequence_mean_loss(model, inputs: dict, labels: torch.Tensor) -> tuple[torch.Tensor, dict]:
+def sequence_mean_loss(model, inputs: dict, labels: torch.Tensor, *, slack: float | None | str = "auto",
+                       ) -> tuple[torch.Tensor, dict]:
     """The ``sequence`` loss of a batch, and the counts TRL logs beside it (``n_tokens``: completion
-    tokens, ``n_correct``: of them predicted by the argmax)."""
-    nll, rows, correct = completion_nll(model, inputs, labels)
+    tokens, ``n_correct``: of them predicted by the argmax); ``slack`` as in :func:`completion_nll`."""
+    nll, rows, correct = completion_nll(model, inputs, labels, slack=slack)
     return sequence_mean(nll, rows, labels.shape[0]), {"n_tokens": int(nll.numel()),
                                                        "n_correct": int(correct.sum().item())}

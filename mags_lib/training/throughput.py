@@ -7,6 +7,9 @@
   token hardly change when other work shares the cores, wall time does.
 * :func:`padding_share` -- the share of a batch that is padding, random batches against batches of
   similar lengths (``train_sampling_strategy="group_by_length"``).
+* :func:`chunked_rate` -- a warm-start step of the ``sequence`` loss on a role's real training rows in
+  random batches: the padded batch against the rows in chunks of similar length
+  (:func:`mags_lib.training.losses.length_chunks`), seconds per batch and the losses of both.
 * :func:`grpo_profile` -- the seconds of a GRPO step spent generating, in forward passes for
   log-probabilities (policy and KL reference), in the reward functions, and the rest (backward, optimizer).
 * :func:`training_rate` -- the tokens/s a finished stage achieved (its ``log.csv``).
@@ -14,6 +17,7 @@
 Command line (prints JSON, writes it with ``--out``)::
 
     python -m mags_lib.training.throughput --threads 2 --out results/bench/training_throughput.json
+    python -m mags_lib.training.throughput --threads 2 --chunks write --out results/bench/training_chunks.json
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-__all__ = ["grpo_profile", "padding_share", "raw_rate", "training_rate"]
+__all__ = ["chunked_rate", "grpo_profile", "padding_share", "raw_rate", "training_rate"]
 
 
 def _lora_model(base_dir: Path, r: int = 32):
@@ -111,6 +115,86 @@ def padding_share(lengths: Sequence[int], batch: int, *, seed: int = 0) -> dict:
             "grouped": round(share(list(np.argsort(lengths, kind="stable"))), 4)}
 
 
+def chunked_rate(role: str = "write", profile: str = "default", *, batches: int = 6, batch: int = 8,
+                 slacks: Sequence[float | None] = (None, 1.25), threads: int | None = None,
+                 root: str | Path | None = None, seed: int = 0) -> dict:
+    """Forward+backward of the ``sequence`` loss on ``batches`` random batches of ``role``'s warm-start rows
+    (the profile's data, the trained prompt, right padding as TRL's collator pads), once per ``slack``:
+    ``None`` is the padded batch as the collator makes it, a number the rows in
+    :func:`~mags_lib.training.losses.length_chunks`. The slacks take turns on each batch (one warm-up batch
+    first), so a change of machine load falls on all of them.
+
+    Returns, per slack, ``seconds`` (summed), ``tokens_per_s`` (real tokens, padding not counted),
+    ``positions_per_token`` (positions the model computed per real token) and ``max_loss_diff`` (largest
+    difference of a batch's loss from the padded batch's).
+    """
+    import numpy as np
+    import torch
+
+    from ..models import base_model_dir
+    from ..roles import ROLE_SPECS
+    from .config import profile_config
+    from .losses import length_chunks, row_widths, sequence_mean_loss
+    from .run import _chat_ids, load_role_data, sft_examples, training_rows
+
+    if threads:
+        torch.set_num_threads(int(threads))
+    base = base_model_dir()
+    cfg = profile_config(role, profile, seed=seed)
+    examples = sft_examples(training_rows(load_role_data(role, profile, root=root), cfg), ROLE_SPECS[role].trained)
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(str(base))
+    rng = np.random.default_rng(seed)
+    tokenized = []
+    for i in rng.permutation(len(examples)):
+        ex = examples[int(i)]
+        full = _chat_ids(tok, ex["prompt"] + ex["completion"])
+        n_prompt = len(_chat_ids(tok, ex["prompt"], add_generation_prompt=True))
+        if len(full) <= cfg.sft.max_length:
+            tokenized.append((full, n_prompt))
+        if len(tokenized) == (batches + 1) * batch:
+            break
+
+    def collate(rows):
+        width = max(len(f) for f, _ in rows)
+        ids = torch.full((len(rows), width), int(tok.pad_token_id or 0), dtype=torch.long)
+        mask, labels = torch.zeros_like(ids), torch.full_like(ids, -100)
+        for j, (full, n_prompt) in enumerate(rows):
+            ids[j, :len(full)] = torch.tensor(full)
+            mask[j, :len(full)] = 1
+            labels[j, n_prompt:len(full)] = torch.tensor(full[n_prompt:])
+        return {"input_ids": ids, "attention_mask": mask}, labels
+
+    model = _lora_model(base, r=cfg.lora.r)
+    model.train()
+    runs = [collate(tokenized[k * batch:(k + 1) * batch]) for k in range(batches + 1)]
+    keys = [str(s) for s in slacks]
+    out = {k: {"seconds": 0.0, "tokens": 0, "positions": 0, "max_loss_diff": 0.0} for k in keys}
+    for k, (inputs, labels) in enumerate(runs):
+        ref = None
+        for key, slack in zip(keys, slacks):
+            model.zero_grad(set_to_none=True)
+            t0 = time.perf_counter()
+            loss, _ = sequence_mean_loss(model, inputs, labels, slack=slack)
+            loss.backward()
+            dt = time.perf_counter() - t0
+            ref = loss.item() if ref is None else ref
+            if k:  # the first batch warms up
+                widths = row_widths(inputs["attention_mask"])
+                o = out[key]
+                o["seconds"] += dt
+                o["tokens"] += sum(widths)
+                o["positions"] += sum(widths[c[0]] * len(c) for c in length_chunks(widths, slack))
+                o["max_loss_diff"] = max(o["max_loss_diff"], abs(loss.item() - ref))
+    for o in out.values():
+        o["tokens_per_s"] = round(o["tokens"] / o["seconds"], 1)
+        o["positions_per_token"] = round(o["positions"] / o["tokens"], 3)
+        o["seconds"] = round(o["seconds"], 2)
+    return {"role": role, "profile": profile, "batches": batches, "batch": batch,
+            "threads": torch.get_num_threads(), "slacks": out}
+
+
 def training_rate(stage_folder: str | Path) -> dict:
     """Tokens/s (all non-padding tokens of the batches) and seconds per step of a stage's ``log.csv``."""
     from .report import read_log
@@ -156,9 +240,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--threads", type=int, default=None)
     ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--seq-len", type=int, default=128)
+    ap.add_argument("--chunks", metavar="ROLE", default=None,
+                    help="instead: the sequence loss on ROLE's real rows in random batches, padded against chunked")
+    ap.add_argument("--batches", type=int, default=6, help="with --chunks: timed batches")
     ap.add_argument("--out", default=None)
     a = ap.parse_args(argv)
-    res = raw_rate(batch=a.batch, seq_len=a.seq_len, threads=a.threads)
+    if a.chunks:
+        res = chunked_rate(a.chunks, batches=a.batches, batch=a.batch, threads=a.threads)
+    else:
+        res = raw_rate(batch=a.batch, seq_len=a.seq_len, threads=a.threads)
     text = json.dumps(res, indent=1)
     print(text)
     if a.out:
