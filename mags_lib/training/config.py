@@ -92,7 +92,8 @@ class SFTConfig:
                                           "group_by_length (each 50-batch block longest first: the shortest rows come "
                                           "in runs, see training.sampling) | random")
     loss_average: str = _f("token", "token: the batch's mean over its completion tokens (long completions weigh "
-                                    "more) | sequence: each row's mean, then the mean over rows (training.losses; "
+                                    "more) | sequence: each row's mean, then the mean over rows, the padding "
+                                    "left out of the forward pass (training.losses; "
                                     "with batching='random' the writer learnt to store nothing for chatter; the "
                                     "long rows it then loops on are cut at the first repeated tag when decoding: "
                                     "README; the default profile's writer uses both)")
@@ -244,7 +245,9 @@ def _profile_values(role: str, profile: str) -> dict:
         # it then loops on are cut at the first repeated tag when decoding, Backend.generate(stop_repeats=True);
         # at this profile's 4e-4, 100 steps: 0.43, the 48 still empty). Random batches would be mostly padding;
         # the sequence loss computes its rows in chunks of similar length instead (losses.length_chunks: 1.44x
-        # faster over 10 steps here, same losses). Ask and answer keep length-grouped batches (not probed).
+        # faster over 10 steps here, same losses). The whole 280-step writer warm start so (2026-11-27, AVX2, fp32):
+        # 2,401 s, exact-triplet F1 0.834 (0.784 with the old recipe), all 48 empty-gold test rows left empty.
+        # Ask and answer keep length-grouped batches (not probed).
         write = dict(batching="random", loss_average="sequence") if role == "write" else {}
         return dict(sft=dict(max_steps={"ask": 200, "write": 280, "answer": 260}[role], batch_size=8, save_steps=10,
                              n_generated={"ask": 1600, "write": 2240, "answer": 2080}[role], n_seed=320, **write),

@@ -51,8 +51,8 @@ __all__ = ["LOSS_AVERAGES", "PAD_SLACK", "completion_nll", "length_chunks", "row
            "sequence_mean_loss"]
 
 
-# A chunk of rows is decoded as one padded batch while its padded positions stay within this factor of its real
-# ones (see length_chunks); None: the whole batch as one (the padded batch the collator made).
+# A chunk of rows goes through the model as one padded batch while its padded positions stay within this
+# factor of its real ones (see length_chunks); None: the whole batch as one (the padded batch the collator made).
 PAD_SLACK: float | None = 1.25
 
 
@@ -113,8 +113,10 @@ def completion_nll(model, inputs: dict, labels: torch.Tensor, *, slack: float | 
     for chunk in length_chunks(widths, slack):
         idx = torch.tensor(chunk, device=inputs["input_ids"].device)
         w = widths[chunk[0]]
-        keep = {k: inputs[k][idx, :w] for k in ("attention_mask", "position_ids") if inputs.get(k) is not None}
-        hidden = inner.base_model(input_ids=inputs["input_ids"][idx, :w], use_cache=False, **keep).last_hidden_state
+        keep = {k: inputs[k][idx, :w] for k in ("attention_mask", "position_ids")
+                if inputs.get(k) is not None}
+        hidden = inner.base_model(input_ids=inputs["input_ids"][idx, :w], use_cache=False,
+                                  **keep).last_hidden_state
         target = labels[idx.to(labels.device), 1:w].to(hidden.device)
         m = target != -100
         logits = inner.get_output_embeddings()(hidden[:, :-1][m]).float()
