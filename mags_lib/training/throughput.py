@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -155,6 +156,10 @@ def chunked_rate(role: str = "write", profile: str = "default", *, batches: int 
             tokenized.append((full, n_prompt))
         if len(tokenized) == (batches + 1) * batch:
             break
+    if batches < 1 or batch < 1 or len(tokenized) < (batches + 1) * batch:
+        raise ValueError(f"chunked_rate needs (batches + 1) x batch = {(batches + 1) * batch} rows of at most "
+                         f"{cfg.sft.max_length} tokens (one warm-up batch), and {role}/{profile} has {len(tokenized)}: "
+                         "ask for fewer batches (batches >= 1, batch >= 1)")
 
     def collate(rows):
         width = max(len(f) for f, _ in rows)
@@ -235,6 +240,14 @@ def grpo_profile(trainer) -> dict:
     return spent
 
 
+def _cpu_model() -> str | None:
+    try:
+        lines = Path("/proc/cpuinfo").read_text().splitlines()
+    except OSError:
+        return None
+    return next((ln.split(":", 1)[1].strip() for ln in lines if ln.startswith("model name")), None)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description="raw forward/backward rate of SmolLM2 + LoRA on this machine")
     ap.add_argument("--threads", type=int, default=None)
@@ -246,7 +259,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--out", default=None)
     a = ap.parse_args(argv)
     if a.chunks:
+        import platform
+
+        from .. import repro
+
         res = chunked_rate(a.chunks, batches=a.batches, batch=a.batch, threads=a.threads)
+        res["meta"] = {"command": "python -m mags_lib.training.throughput " + " ".join(
+                           sys.argv[1:] if argv is None else argv),
+                       "git_sha": repro.git_sha(), "packages": repro.package_versions(),
+                       "platform": platform.platform(), "cpu": _cpu_model(),
+                       "written_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
     else:
         res = raw_rate(batch=a.batch, seq_len=a.seq_len, threads=a.threads)
     text = json.dumps(res, indent=1)
