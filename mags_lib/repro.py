@@ -18,7 +18,7 @@ import numpy as np
 
 from .models import project_root
 
-__all__ = ["seed_everything", "make_rng", "run_dir", "write_meta", "atomic_write_text", "git_sha",
+__all__ = ["seed_everything", "make_rng", "run_dir", "write_meta", "atomic_write_text", "run_meta", "git_sha",
            "package_versions", "Timer", "peak_rss_mb"]
 
 # Packages whose versions every meta.json records (missing ones are recorded as null).
@@ -126,7 +126,13 @@ def _jsonable(x: Any) -> Any:
 
 def write_meta(out_dir: Path | str, *, params: dict, seed: int, wall_time_s: float,
                extra: dict | None = None) -> Path:
-    """Write ``out_dir/meta.json``: parameters, seed, git SHA, package versions, machine, wall time."""
+    """Write ``out_dir/meta.json``: :func:`run_meta`."""
+    meta = run_meta(params=params, seed=seed, wall_time_s=wall_time_s, extra=extra)
+    return atomic_write_text(Path(out_dir) / "meta.json", json.dumps(meta, indent=2) + "\n")
+
+
+def run_meta(*, params: dict, seed: int, wall_time_s: float, extra: dict | None = None) -> dict:
+    """What a result was made with: parameters, seed, git SHA, package versions, machine, wall time."""
     meta = {
         "params": _jsonable(params),
         "seed": int(seed),
@@ -141,7 +147,7 @@ def write_meta(out_dir: Path | str, *, params: dict, seed: int, wall_time_s: flo
     }
     if extra:
         meta["extra"] = _jsonable(extra)
-    return atomic_write_text(Path(out_dir) / "meta.json", json.dumps(meta, indent=2) + "\n")
+    return meta
 
 
 def peak_rss_mb() -> float:

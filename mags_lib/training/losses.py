@@ -56,7 +56,7 @@ __all__ = ["LOSS_AVERAGES", "PAD_SLACK", "completion_nll", "length_chunks", "row
 PAD_SLACK: float | None = 1.25
 
 
-def length_chunks(lengths: Sequence[int], slack: float | None = 1.25) -> list[list[int]]:
+def length_chunks(lengths: Sequence[int], slack: float | None = PAD_SLACK) -> list[list[int]]:
     """Rows grouped for padded forward passes that waste little: longest first, a row joins the current
     chunk while ``chunk width x rows <= slack x real tokens`` (the width is the chunk's first, longest row).
     Rows of length 0 (all padding) are left out; ``slack=None`` keeps every other row in one chunk.

@@ -17,7 +17,7 @@
 Command line (prints JSON, writes it with ``--out``)::
 
     python -m mags_lib.training.throughput --threads 2 --out results/bench/training_throughput.json
-    python -m mags_lib.training.throughput --threads 2 --chunks write --out results/bench/training_chunks.json
+    python -m mags_lib.training.throughput --threads 2 --chunks write --out results/bench/training_chunks_write.json
 """
 
 from __future__ import annotations
@@ -177,7 +177,7 @@ def chunked_rate(role: str = "write", profile: str = "default", *, batches: int 
     keys = [str(s) for s in slacks]
     out = {k: {"seconds": 0.0, "tokens": 0, "positions": 0, "max_loss_diff": 0.0} for k in keys}
     for k, (inputs, labels) in enumerate(runs):
-        ref = None
+        ref, widths = None, row_widths(inputs["attention_mask"])
         for key, slack in zip(keys, slacks):
             model.zero_grad(set_to_none=True)
             t0 = time.perf_counter()
@@ -186,7 +186,6 @@ def chunked_rate(role: str = "write", profile: str = "default", *, batches: int 
             dt = time.perf_counter() - t0
             ref = loss.item() if ref is None else ref
             if k:  # the first batch warms up
-                widths = row_widths(inputs["attention_mask"])
                 o = out[key]
                 o["seconds"] += dt
                 o["tokens"] += sum(widths)
@@ -259,16 +258,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--out", default=None)
     a = ap.parse_args(argv)
     if a.chunks:
-        import platform
-
         from .. import repro
 
+        t0 = time.perf_counter()
         res = chunked_rate(a.chunks, batches=a.batches, batch=a.batch, threads=a.threads)
-        res["meta"] = {"command": "python -m mags_lib.training.throughput " + " ".join(
-                           sys.argv[1:] if argv is None else argv),
-                       "git_sha": repro.git_sha(), "packages": repro.package_versions(),
-                       "platform": platform.platform(), "cpu": _cpu_model(),
-                       "written_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+        command = "python -m mags_lib.training.throughput " + " ".join(sys.argv[1:] if argv is None else argv)
+        res["meta"] = repro.run_meta(params=vars(a), seed=0, wall_time_s=time.perf_counter() - t0,
+                                     extra={"command": command, "cpu": _cpu_model()})
     else:
         res = raw_rate(batch=a.batch, seq_len=a.seq_len, threads=a.threads)
     text = json.dumps(res, indent=1)
