@@ -19,6 +19,8 @@ name                      range         what it scores
 ``exact_f1``              [0, 1]        per-example exact-triplet F1 against ``response``
 ``op_f1``                 [0, 1]        per-example semantic op F1 (the seed's metric, Hungarian,
                                         same tag, cosine >= 0.65)
+                                        (both: ``score="min"`` scores min(precision, recall)
+                                        instead of F1, see :data:`SCORES`)
 ``ask_retrieval``         [0, 1]        share of ``gold_facts`` that the asked queries retrieve
                                         from a small LiquidGraph built from ``context``
 ``length``                [-1, 0]       penalty for output longer than ``slack`` x gold + margin
@@ -67,6 +69,7 @@ from .metrics import (
 
 __all__ = [
     "REGISTRY",
+    "SCORES",
     "GraphCostConfig",
     "abstention_reward",
     "answer_correct_reward",
@@ -79,6 +82,7 @@ __all__ = [
     "get_reward",
     "graph_cost_reward",
     "graph_effects",
+    "group_push",
     "length_penalty",
     "new_edges_cost",
     "new_nodes_cost",
@@ -161,6 +165,23 @@ def role_reward(completions: Sequence, role: Sequence[str] | str | None = None, 
     return out
 
 
+SCORES = ("f1", "min")
+"""How ``exact_f1`` and ``op_f1`` turn an example's matches into a reward. ``f1``: their F1. ``min``:
+min(precision, recall) = matches / max(stated, gold), so leaving a gold operation out costs exactly as much
+as stating a wrong one. F1 prefers the omission (2 of 3 gold triplets stated and right: 0.8; the same
+plus a wrong third: 0.67). A GRPO option (``GRPOConfig.reward_options``), not the default: it did not stop
+GRPO from leaving triplets out of the default writer, and :func:`group_push` shows the rewards, F1 or min,
+push towards more triplets there (README: GRPO and the omission)."""
+
+
+def _scorer(score: str) -> Callable[[Any], float]:
+    if score == "f1":
+        return lambda pr: pr.f1
+    if score == "min":
+        return lambda pr: min(pr.precision, pr.recall)
+    raise ValueError(f"score must be one of {SCORES}, got {score!r}")
+
+
 def _pred_gold(completions, response, role):
     golds = _column(response, len(completions), "response", default=_REQUIRED)
     roles = _column(role, len(completions), "role")
@@ -172,8 +193,9 @@ def _pred_gold(completions, response, role):
 
 
 def exact_f1_reward(completions: Sequence, response: Sequence[str] | str | None = None,
-                    role: Sequence[str] | str | None = None, **kwargs) -> list[float]:
-    """Per-example F1 of exactly matching operations (fields normalised) against the gold ``response``.
+                    role: Sequence[str] | str | None = None, *, score: str = "f1", **kwargs) -> list[float]:
+    """Per-example F1 of exactly matching operations (fields normalised) against the gold ``response``
+    (``score="min"``: min(precision, recall), see :data:`SCORES`).
 
     >>> gold = "<memory_write>Blorps,eat,lemons</memory_write><memory_write>Blorps,live in,caves</memory_write>"
     >>> exact_f1_reward(["<memory_write>blorps,eat,Lemons</memory_write>", gold, "", "gibberish"],
@@ -181,25 +203,33 @@ def exact_f1_reward(completions: Sequence, response: Sequence[str] | str | None 
     [0.6666666666666666, 1.0, 0.0, 0.0]
     >>> exact_f1_reward([""], response=[""], role="ask")   # nothing to store, nothing stored
     [1.0]
+    >>> wrong = "<memory_write>Blorps,eat,lemons</memory_write><memory_write>Blorps,eat,caves</memory_write>"
+    >>> one = "<memory_write>Blorps,eat,lemons</memory_write>"
+    >>> exact_f1_reward([one, wrong], response=gold, role="write"), exact_f1_reward([one, wrong], response=gold,
+    ...                                                                          role="write", score="min")
+    ([0.6666666666666666, 0.5], [0.5, 0.5])
     """
-    return [prf(exact_matches(p, g), len(p), len(g)).f1 for p, g in _pred_gold(completions, response, role)]
+    of = _scorer(score)
+    return [of(prf(exact_matches(p, g), len(p), len(g))) for p, g in _pred_gold(completions, response, role)]
 
 
 def op_f1_reward(completions: Sequence, response: Sequence[str] | str | None = None,
                  role: Sequence[str] | str | None = None, *, embedder="minilm",
-                 threshold: float = SIM_THRESHOLD, **kwargs) -> list[float]:
+                 threshold: float = SIM_THRESHOLD, score: str = "f1", **kwargs) -> list[float]:
     """Per-example semantic op F1 (the seed's metric): Hungarian matching of same-tag operations whose
-    contents have cosine >= ``threshold`` (MiniLM by default; ``embedder="hash"`` for tests).
+    contents have cosine >= ``threshold`` (MiniLM by default; ``embedder="hash"`` for tests);
+    ``score="min"``: min(precision, recall) of the same matches (:data:`SCORES`).
 
     >>> op_f1_reward(["<memory_ask>blorps diet</memory_ask>", "<memory_ask>tax law</memory_ask>"],
     ...              response="<memory_ask>the blorps diet</memory_ask>", role="ask", embedder="hash")
     [1.0, 0.0]
     """
+    of = _scorer(score)
     pairs = _pred_gold(completions, response, role)
     from .metrics import _embed_ops
 
     vectors = _embed_ops([p for p, _ in pairs] + [g for _, g in pairs], embedder)
-    return [prf(semantic_matches(p, g, vectors, threshold), len(p), len(g)).f1 for p, g in pairs]
+    return [of(prf(semantic_matches(p, g, vectors, threshold), len(p), len(g))) for p, g in pairs]
 
 
 def _graph_for(context: tuple, embedder, seed: int):
@@ -597,6 +627,37 @@ def _curve(rows: list[dict], name: str) -> dict | None:
 
 def _norm_words(text: str) -> str:
     return " ".join("".join(ch if ch.isalnum() else " " for ch in text.lower()).split())
+
+
+def group_push(rewards: Sequence[Sequence[float]], sizes: Sequence[Sequence[float]]) -> tuple[float, int]:
+    """Which way GRPO's group-normalised advantages push a size (e.g. the number of operations stated).
+
+    For each group (one prompt's completions) with reward variance: the mean of advantage x (size - the
+    group's mean size), advantages ``(r - mean) / std`` as GRPO normalises them; then the mean over those
+    groups, and how many groups had variance. Positive: completions larger than their group's mean are
+    rewarded, so the update makes outputs larger; negative: smaller; 0: the rewards do not care.
+
+    >>> group_push([[1, 0], [0.8, 0.8]], [[3, 2], [2, 1]])   # the 3-op completion won; group 2 carries no signal
+    (0.5, 1)
+    >>> # 3 gold facts; samples: a wrong third, the third left out, all right, a wrong third. F1 (0.67 / 0.8 / 1)
+    >>> # pushes towards stopping early; min(precision, recall) (0.67 / 0.67 / 1) towards the third fact
+    >>> f1, low = group_push([[2 / 3, 0.8, 1, 2 / 3]], [[3, 2, 3, 3]]), group_push([[2 / 3, 2 / 3, 1, 2 / 3]], [[3, 2, 3, 3]])
+    >>> round(f1[0], 3), round(low[0], 3)
+    (-0.031, 0.144)
+    """
+    import numpy as np
+
+    if len(rewards) != len(sizes):
+        raise ValueError(f"need one size list per reward group, got {len(rewards)} groups and {len(sizes)}")
+    pushes = []
+    for r, n in zip(rewards, sizes):
+        r, n = np.asarray(r, dtype=float), np.asarray(n, dtype=float)
+        if r.shape != n.shape:
+            raise ValueError(f"a group has {r.size} rewards and {n.size} sizes")
+        if r.size < 2 or r.std() == 0:
+            continue
+        pushes.append(float(np.mean((r - r.mean()) / r.std() * (n - n.mean()))))
+    return (float(np.mean(pushes)) if pushes else 0.0), len(pushes)
 
 
 def signal_report(log, samples: Sequence[Mapping] | None = None, *, min_reward: float = 0.5,

@@ -178,3 +178,25 @@ def test_missing_columns_and_bad_lengths_are_clear_errors():
         REGISTRY["answer_correct"](["x"], aliases=["figs"])  # one list per completion, not one alias
     with pytest.raises(KeyError, match="choose from"):
         get_reward("bleu")
+
+
+THREE = ["<memory_write>Blorps,eat,frozen lemons</memory_write>",
+         "<memory_write>Blorps,live in,copper caves</memory_write>",
+         "<memory_write>Odalie,works as,glassblower</memory_write>"]
+WRONG = "<memory_write>Odalie,works as,baker</memory_write>"
+
+
+@pytest.mark.parametrize("name,kw", [("exact_f1", {}), ("op_f1", {"embedder": "hash"})])
+def test_score_min_makes_an_omission_cost_as_much_as_an_error(name, kw):
+    gold, two = "".join(THREE), "".join(THREE[:2])
+    comps = [gold, two, two + WRONG, gold + WRONG, "", WRONG]
+    f1 = get_reward(name, **kw)(comps, response=gold, role="write")
+    low = get_reward(name, score="min", **kw)(comps, response=gold, role="write")
+    # F1 scores leaving the third fact out (0.8) above stating it wrong (0.67): GRPO learns to stop early
+    assert f1[:3] == [1.0, pytest.approx(0.8), pytest.approx(2 / 3)]
+    # min(precision, recall): both cost the same, an extra wrong fact still costs, nothing stated is 0
+    assert low == [1.0, pytest.approx(2 / 3), pytest.approx(2 / 3), 0.75, 0.0, 0.0]
+    # nothing to store and nothing stored is right under either score; a stored fact then is wrong
+    assert get_reward(name, score="min", **kw)(["", WRONG], response="", role="write") == [1.0, 0.0]
+    with pytest.raises(ValueError, match="score must be one of"):
+        get_reward(name, score="jaccard", **kw)([], response=[], role="write")
