@@ -633,7 +633,8 @@ def group_push(rewards: Sequence[Sequence[float]], sizes: Sequence[Sequence[floa
     """Which way GRPO's group-normalised advantages push a size (e.g. the number of operations stated).
 
     For each group (one prompt's completions) with reward variance: the mean of advantage x (size - the
-    group's mean size), advantages ``(r - mean) / std`` as GRPO normalises them; then the mean over those
+    group's mean size), advantages ``(r - mean) / std`` as GRPO normalises them (TRL's sample std only
+    rescales them); then the mean over those
     groups, and how many groups had variance. Positive: completions larger than their group's mean are
     rewarded, so the update makes outputs larger; negative: smaller; 0: the rewards do not care.
 
