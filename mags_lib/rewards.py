@@ -634,8 +634,7 @@ def group_push(rewards: Sequence[Sequence[float]], sizes: Sequence[Sequence[floa
 
     For each group (one prompt's completions) with reward variance: the mean of advantage x (size - the
     group's mean size), advantages ``(r - mean) / std`` as GRPO normalises them (TRL's sample std only
-    rescales them); then the mean over those
-    groups, and how many groups had variance. Positive: completions larger than their group's mean are
+    rescales them); then the mean over those groups, and how many groups had variance. Positive: completions larger than their group's mean are
     rewarded, so the update makes outputs larger; negative: smaller; 0: the rewards do not care.
 
     >>> group_push([[1, 0], [0.8, 0.8]], [[3, 2], [2, 1]])   # the 3-op completion won; group 2 carries no signal

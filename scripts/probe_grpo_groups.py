@@ -27,7 +27,7 @@ from mags_lib.data import load_processed
 from mags_lib.rewards import get_reward, group_push
 from mags_lib.roles import ROLE_SPECS
 from mags_lib.training.config import profile_config
-from mags_lib.training.run import _messages
+from mags_lib.training.run import grpo_rows
 
 
 def main(argv=None) -> int:
@@ -58,26 +58,19 @@ def main(argv=None) -> int:
         rows = [gen[int(i)] for i in rng.choice(len(gen), min(len(gen), 10 * a.n), replace=False)]
         rows = [r for r in rows if r["n_ops"] >= 2][:a.n]
     g = profile_config("write", "default").grpo
-    scorers = {"profile rewards": {n: get_reward(n, **g.reward_options.get(n, {})) for n in g.rewards},
-               "exact_f1 alone": {"exact_f1": get_reward("exact_f1")},
-               "exact_f1, score=min": {"exact_f1": get_reward("exact_f1", score="min")}}
-    weights = {"profile rewards": dict(g.rewards), "exact_f1 alone": {"exact_f1": 1.0},
-               "exact_f1, score=min": {"exact_f1": 1.0}}
-    prompt = ROLE_SPECS["write"].trained
+    # each scorer: (weight, reward) pairs summed, as TRL sums reward_weights x rewards
+    scorers = {"profile rewards": [(w, get_reward(n, **g.reward_options.get(n, {}))) for n, w in g.rewards.items()],
+               "exact_f1 alone": [(1.0, get_reward("exact_f1"))],
+               "exact_f1, score=min": [(1.0, get_reward("exact_f1", score="min"))]}
     groups = []
     with load_backend("llamacpp", a.lora, n_threads=a.threads) as b:
-        for k, r in enumerate(tqdm(rows, desc="groups")):
-            msgs = _messages(r, prompt)
-            texts = [b.generate([msgs], max_new_tokens=g.max_completion_length, temperature=a.temperature,
+        for k, (r, ex) in enumerate(zip(tqdm(rows, desc="groups"), grpo_rows(rows, ROLE_SPECS["write"].trained))):
+            texts = [b.generate([ex["prompt"]], max_new_tokens=g.max_completion_length, temperature=a.temperature,
                                 seed=1000 * k + j)[0].text for j in range(a.group)]
             n_ops = [len(protocol.parse(t, role="write", mode="lenient").ops) for t in texts]
-            rew = {}
-            for name, funcs in scorers.items():
-                total = np.zeros(len(texts))
-                for fn_name, fn in funcs.items():
-                    total += weights[name][fn_name] * np.asarray(fn(texts, response=[r["response"]] * len(texts),
-                                                                     role="write"))
-                rew[name] = total.tolist()
+            gold = [ex["response"]] * len(texts)
+            rew = {name: np.sum([w * np.asarray(fn(texts, response=gold, role="write")) for w, fn in parts],
+                                axis=0).tolist() for name, parts in scorers.items()}
             groups.append({"id": r["id"], "kind": r["kind"], "gold_ops": r["n_ops"], "n_ops": n_ops, "rewards": rew})
     print(f"{len(groups)} groups of {a.group} at temperature {a.temperature}: ops per completion "
           f"{np.mean([np.mean(x['n_ops']) for x in groups]):.2f}, gold {np.mean([x['gold_ops'] for x in groups]):.2f}; "

@@ -192,7 +192,7 @@ def test_score_min_makes_an_omission_cost_as_much_as_an_error(name, kw):
     comps = [gold, two, two + WRONG, gold + WRONG, "", WRONG]
     f1 = get_reward(name, **kw)(comps, response=gold, role="write")
     low = get_reward(name, score="min", **kw)(comps, response=gold, role="write")
-    # F1 scores leaving the third fact out (0.8) above stating it wrong (0.67): GRPO learns to stop early
+    # F1 scores leaving the third fact out (0.8) above stating it wrong (0.67): an incentive to stop early
     assert f1[:3] == [1.0, pytest.approx(0.8), pytest.approx(2 / 3)]
     # min(precision, recall): both cost the same, an extra wrong fact still costs, nothing stated is 0
     assert low == [1.0, pytest.approx(2 / 3), pytest.approx(2 / 3), 0.75, 0.0, 0.0]
