@@ -177,3 +177,65 @@ def test_the_chunked_loss_and_gradients_are_those_of_the_padded_batch(side):
             ref, ref_rows, _ = completion_nll(model, one, labels[i:i + 1], slack=None)
             assert (ref_rows == 0).all() and len(ref) == n - p
             torch.testing.assert_close(nll[rows == i].detach(), ref, rtol=1e-4, atol=1e-5)
+
+
+# -- the tokens every row begins with run once (losses.shared_prefix_len, completion_nll(share_prefix=True)) ----
+
+
+def _prefixed_batch(prefix_len, lengths, prompt_lens, *, side="right", seed=2):
+    """:func:`_padded_batch` whose rows all begin with the same ``prefix_len`` tokens (a system prompt)."""
+    inputs, labels = _padded_batch(lengths, prompt_lens, side=side, seed=seed)
+    common = torch.randint(1, 97, (prefix_len,), generator=torch.Generator().manual_seed(seed + 1))
+    width = inputs["input_ids"].shape[1]
+    for i, n in enumerate(lengths):
+        start = 0 if side == "right" else width - n
+        inputs["input_ids"][i, start:start + prefix_len] = common
+    return inputs, labels
+
+
+@pytest.mark.parametrize("loss", ["sequence", "token"])
+@pytest.mark.parametrize("side", ["right", "left"])
+def test_the_shared_prefix_runs_once_with_the_losses_and_gradients_of_whole_rows(side, loss):
+    """Mutations that fail here: the cache not expanded to the chunk's rows (a shape error), the suffix's
+    positions restarted at 0 (other losses), the labels not shifted by the prefix (other losses), the prefix
+    run past a row's first scored output (the row loses a token: ``n_tokens``)."""
+    from mags_lib.training.losses import sequence_mean_loss, token_mean_loss
+
+    lengths, prompts = [30, 31, 44, 29, 52, 33], [20, 18, 30, 17, 35, 22]  # the first 16 tokens shared
+    inputs, labels = _prefixed_batch(16, lengths, prompts, side=side)
+    model = _tiny_lm()
+    fn = sequence_mean_loss if loss == "sequence" else token_mean_loss
+    seen: list[int] = []
+    hook = model.get_input_embeddings().register_forward_hook(lambda m, a, out: seen.append(a[0].numel()))
+    out = {}
+    for share in (False, True):
+        model.zero_grad()
+        seen.clear()
+        value, counts = fn(model, inputs, labels, share_prefix=share)
+        value.backward()
+        out[share] = (value.item(), [p.grad.clone() for p in model.parameters()], counts, sum(seen))
+    hook.remove()
+    assert out[True][2] == out[False][2]  # every completion token counted, each as right or wrong as before
+    assert out[True][2]["n_tokens"] == sum(n - p for n, p in zip(lengths, prompts))
+    assert out[True][0] == pytest.approx(out[False][0], rel=1e-5)
+    for a, b in zip(out[True][1], out[False][1]):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-6)
+    if side == "right":  # the shared 16 tokens went through once per chunk instead of once per row
+        assert out[True][3] <= out[False][3] - 16 * (len(lengths) - 2)
+    else:  # left padding: the rows begin at different positions, nothing is shared
+        assert out[True][3] == out[False][3]
+
+
+def test_the_shared_prefix_stops_before_the_first_scored_output():
+    from mags_lib.training.losses import shared_prefix_len
+
+    inputs, labels = _prefixed_batch(16, [30, 24, 40], [20, 12, 25])
+    # row 1's first completion token (position 12) is predicted by the output at 11
+    assert shared_prefix_len(inputs["input_ids"], labels, inputs["attention_mask"]) == 11
+    inputs, labels = _prefixed_batch(16, [30, 24, 40], [20, 18, 25])
+    assert shared_prefix_len(inputs["input_ids"], labels, inputs["attention_mask"]) == 16
+    # a row padded inside the shared span (it is shorter than the prefix) ends the prefix at its end
+    mask = inputs["attention_mask"].clone()
+    mask[1, 10:] = 0
+    assert shared_prefix_len(inputs["input_ids"], labels, mask) == 10
+    assert shared_prefix_len(inputs["input_ids"][:1], labels[:1]) == 0

@@ -97,6 +97,10 @@ class SFTConfig:
                                     "with batching='random' the writer learnt to store nothing for chatter; the "
                                     "long rows it then loops on are cut at the first repeated tag when decoding: "
                                     "README; the default profile's writer uses both)")
+    share_prefix: bool = _f(True, "run the tokens all rows of a batch chunk begin with (chat template, system "
+                                  "prompt) once and continue every row from its key/value cache (training.losses; "
+                                  "same losses and gradients, fewer tokens through the model); False: TRL's own "
+                                  "loss for loss_average='token'")
     bf16: bool = _f(True, "bf16 autocast (CPUs with avx512_bf16 / AMX, or CUDA); fp32 otherwise")
     save_steps: int = _f(25, "checkpoint every this many steps (resume point after an interruption)")
     save_total_limit: int = _f(2, "checkpoints kept")

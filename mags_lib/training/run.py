@@ -554,14 +554,21 @@ def train_stage(stage: str, cfg: TrainConfig, rows: Sequence[dict], folder: Path
                                                  * self.args.gradient_accumulation_steps, seed=cfg.seed)
 
             trainer_cls = _ShuffledLengthSFT
-        if stage_cfg.loss_average == "sequence":
-            from .losses import sequence_mean_loss
+        if stage_cfg.loss_average == "sequence" or stage_cfg.share_prefix:
+            from .losses import sequence_mean_loss, token_mean_loss
 
-            class _SequenceMeanSFT(trainer_cls):  # each row's mean loss, then the mean over rows
+            class _ChunkedSFT(trainer_cls):  # the loss of losses.py: chunks of similar length, the prefix once
                 def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
                     if return_outputs:
-                        raise NotImplementedError("loss_average='sequence' computes no logits to return")
-                    loss, counts = sequence_mean_loss(model, inputs, inputs["labels"])
+                        raise NotImplementedError("the chunked loss (losses.completion_nll) computes no logits "
+                                                  "to return")
+                    if stage_cfg.loss_average == "sequence":  # each row's mean loss, then the mean over rows
+                        loss, counts = sequence_mean_loss(model, inputs, inputs["labels"],
+                                                          share_prefix=stage_cfg.share_prefix)
+                    else:  # TRL's token mean
+                        loss, counts = token_mean_loss(model, inputs, inputs["labels"],
+                                                       num_items_in_batch=num_items_in_batch,
+                                                       share_prefix=stage_cfg.share_prefix)
                     if model.training:  # what TRL's compute_loss logs (tokens seen, token accuracy)
                         self._total_train_tokens += int(inputs["attention_mask"].sum())
                         self._metrics["train"]["num_tokens"] = [self._total_train_tokens]
@@ -569,7 +576,7 @@ def train_stage(stage: str, cfg: TrainConfig, rows: Sequence[dict], folder: Path
                             counts["n_correct"] / max(1, counts["n_tokens"]))
                     return loss
 
-            trainer_cls = _SequenceMeanSFT
+            trainer_cls = _ChunkedSFT
         trainer = trainer_cls(model=model, args=args, train_dataset=ds, processing_class=tok, callbacks=callbacks)
     else:
         from trl import GRPOConfig as TRLGRPOConfig

@@ -18,6 +18,7 @@ Command line (prints JSON, writes it with ``--out``)::
 
     python -m mags_lib.training.throughput --threads 2 --out results/bench/training_throughput.json
     python -m mags_lib.training.throughput --threads 2 --chunks write --out results/bench/training_chunks_write.json
+    python -m mags_lib.training.throughput --threads 2 --chunks answer --prefix --out results/bench/training_prefix_answer.json
 """
 
 from __future__ import annotations
@@ -117,17 +118,20 @@ def padding_share(lengths: Sequence[int], batch: int, *, seed: int = 0) -> dict:
 
 
 def chunked_rate(role: str = "write", profile: str = "default", *, batches: int = 6, batch: int = 8,
-                 slacks: Sequence[float | None] = (None, 1.25), threads: int | None = None,
-                 root: str | Path | None = None, seed: int = 0) -> dict:
-    """Forward+backward of the ``sequence`` loss on ``batches`` random batches of ``role``'s warm-start rows
-    (the profile's data, the trained prompt, right padding as TRL's collator pads), once per ``slack``:
-    ``None`` is the padded batch as the collator makes it, a number the rows in
-    :func:`~mags_lib.training.losses.length_chunks`. The slacks take turns on each batch (one warm-up batch
-    first), so a change of machine load falls on all of them.
+                 slacks: Sequence[float | None] = (None, 1.25), share_prefix: Sequence[bool] = (False,),
+                 threads: int | None = None, root: str | Path | None = None, seed: int = 0) -> dict:
+    """Forward+backward of the ``sequence`` loss on ``batches`` batches of ``role``'s warm-start rows (the
+    profile's data, the trained prompt, right padding as TRL's collator pads; random batches, or batches of
+    similar lengths in random order where the profile's ``batching`` groups by length), once per arm: every
+    ``slack`` (``None``: the padded batch as the collator makes it, a number: the rows in
+    :func:`~mags_lib.training.losses.length_chunks`) with every ``share_prefix`` (the tokens all rows of a
+    chunk begin with run once, :func:`~mags_lib.training.losses.completion_nll`). The arms take turns on
+    each batch (one warm-up batch first), so a change of machine load falls on all of them.
 
-    Returns, per slack, ``seconds`` (summed), ``tokens_per_s`` (real tokens, padding not counted),
-    ``positions_per_token`` (positions the model computed per real token) and ``max_loss_diff`` (largest
-    difference of a batch's loss from the padded batch's).
+    Returns, per arm (``"1.25"``, or ``"1.25+prefix"`` when ``share_prefix`` holds ``True``), ``seconds``
+    (summed), ``tokens_per_s`` (real tokens, padding not counted), ``positions_per_token`` (positions the
+    model computed per real token) and ``max_loss_diff`` (largest difference of a batch's loss from the
+    first arm's).
     """
     import numpy as np
     import torch
@@ -135,7 +139,7 @@ def chunked_rate(role: str = "write", profile: str = "default", *, batches: int 
     from ..models import base_model_dir
     from ..roles import ROLE_SPECS
     from .config import profile_config
-    from .losses import length_chunks, row_widths, sequence_mean_loss
+    from .losses import length_chunks, row_widths, sequence_mean_loss, shared_prefix_len
     from .run import _chat_ids, load_role_data, sft_examples, training_rows
 
     if threads:
@@ -173,15 +177,20 @@ def chunked_rate(role: str = "write", profile: str = "default", *, batches: int 
 
     model = _lora_model(base, r=cfg.lora.r)
     model.train()
+    if cfg.sft.batching != "random":  # batches of similar lengths (the profile's shuffled_length), in random order
+        tokenized.sort(key=lambda t: len(t[0]))
     runs = [collate(tokenized[k * batch:(k + 1) * batch]) for k in range(batches + 1)]
-    keys = [str(s) for s in slacks]
+    if cfg.sft.batching != "random":
+        runs = [runs[int(i)] for i in rng.permutation(len(runs))]
+    arms = [(s, p) for s in slacks for p in share_prefix]
+    keys = [f"{s}+prefix" if p else str(s) for s, p in arms]
     out = {k: {"seconds": 0.0, "tokens": 0, "positions": 0, "max_loss_diff": 0.0} for k in keys}
     for k, (inputs, labels) in enumerate(runs):
         ref, widths = None, row_widths(inputs["attention_mask"])
-        for key, slack in zip(keys, slacks):
+        for key, (slack, share) in zip(keys, arms):
             model.zero_grad(set_to_none=True)
             t0 = time.perf_counter()
-            loss, _ = sequence_mean_loss(model, inputs, labels, slack=slack)
+            loss, _ = sequence_mean_loss(model, inputs, labels, slack=slack, share_prefix=share)
             loss.backward()
             dt = time.perf_counter() - t0
             ref = loss.item() if ref is None else ref
@@ -189,13 +198,17 @@ def chunked_rate(role: str = "write", profile: str = "default", *, batches: int 
                 o = out[key]
                 o["seconds"] += dt
                 o["tokens"] += sum(widths)
-                o["positions"] += sum(widths[c[0]] * len(c) for c in length_chunks(widths, slack))
+                for c in length_chunks(widths, slack):
+                    w, rows = widths[c[0]], torch.tensor(c)
+                    shared = shared_prefix_len(inputs["input_ids"][rows, :w], labels[rows, :w],
+                                               inputs["attention_mask"][rows, :w]) if share else 0
+                    o["positions"] += shared + (w - shared) * len(c)
                 o["max_loss_diff"] = max(o["max_loss_diff"], abs(loss.item() - ref))
     for o in out.values():
         o["tokens_per_s"] = round(o["tokens"] / o["seconds"], 1)
         o["positions_per_token"] = round(o["positions"] / o["tokens"], 3)
         o["seconds"] = round(o["seconds"], 2)
-    return {"role": role, "profile": profile, "batches": batches, "batch": batch,
+    return {"role": role, "profile": profile, "batches": batches, "batch": batch, "batching": cfg.sft.batching,
             "threads": torch.get_num_threads(), "slacks": out}
 
 
@@ -255,13 +268,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--chunks", metavar="ROLE", default=None,
                     help="instead: the sequence loss on ROLE's real rows in random batches, padded against chunked")
     ap.add_argument("--batches", type=int, default=6, help="with --chunks: timed batches")
+    ap.add_argument("--prefix", action="store_true",
+                    help="with --chunks: each arm also with the shared prefix run once (losses.completion_nll)")
     ap.add_argument("--out", default=None)
     a = ap.parse_args(argv)
     if a.chunks:
         from .. import repro
 
         t0 = time.perf_counter()
-        res = chunked_rate(a.chunks, batches=a.batches, batch=a.batch, threads=a.threads)
+        res = chunked_rate(a.chunks, batches=a.batches, batch=a.batch, threads=a.threads,
+                           share_prefix=(False, True) if a.prefix else (False,))
         command = "python -m mags_lib.training.throughput " + " ".join(sys.argv[1:] if argv is None else argv)
         res["meta"] = repro.run_meta(params=vars(a), seed=0, wall_time_s=time.perf_counter() - t0,
                                      extra={"command": command, "cpu": _cpu_model()})
