@@ -239,3 +239,17 @@ def test_the_shared_prefix_stops_before_the_first_scored_output():
     mask[1, 10:] = 0
     assert shared_prefix_len(inputs["input_ids"], labels, mask) == 10
     assert shared_prefix_len(inputs["input_ids"][:1], labels[:1]) == 0
+
+
+def test_under_activation_checkpointing_the_rows_run_whole():
+    """A model that checkpoints its activations returns no key/value cache in training mode (Unsloth's does so
+    too): the chunk's rows then run whole, with the same loss, instead of failing on the missing cache."""
+    from mags_lib.training.losses import sequence_mean_loss
+
+    inputs, labels = _prefixed_batch(16, [30, 31, 44], [20, 18, 30])
+    model = _tiny_lm()
+    model.gradient_checkpointing_enable()
+    model.train()
+    shared, _ = sequence_mean_loss(model, inputs, labels, share_prefix=True)
+    whole, _ = sequence_mean_loss(model, inputs, labels, share_prefix=False)
+    assert shared.item() == pytest.approx(whole.item(), rel=1e-6)

@@ -99,8 +99,9 @@ class SFTConfig:
                                     "README; the default profile's writer uses both)")
     share_prefix: bool = _f(True, "run the tokens all rows of a batch chunk begin with (chat template, system "
                                   "prompt) once and continue every row from its key/value cache (training.losses; "
-                                  "same losses and gradients, fewer tokens through the model); False: TRL's own "
-                                  "loss for loss_average='token'")
+                                  "same losses and gradients, fewer tokens through the model; not under Unsloth, "
+                                  "whose activation checkpointing keeps no cache); False: TRL's own loss for "
+                                  "loss_average='token'")
     bf16: bool = _f(True, "bf16 autocast (CPUs with avx512_bf16 / AMX, or CUDA); fp32 otherwise")
     save_steps: int = _f(25, "checkpoint every this many steps (resume point after an interruption)")
     save_total_limit: int = _f(2, "checkpoints kept")

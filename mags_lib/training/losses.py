@@ -134,11 +134,15 @@ def completion_nll(model, inputs: dict, labels: torch.Tensor, *, slack: float | 
                 if inputs.get(k) is not None}
         c = shared_prefix_len(ids, labels[idx.to(labels.device), :w], keep.get("attention_mask")) \
             if share_prefix else 0
+        cache = None
         if c:
             stack = inner.base_model
             pos = keep.get("position_ids")
             cache = stack(input_ids=ids[:1, :c], use_cache=True,
                           **({"position_ids": pos[:1, :c]} if pos is not None else {})).past_key_values
+            # no cache comes back under activation checkpointing: then every row runs whole
+            c = c if cache is not None else 0
+        if c:
             for layer in cache.layers:  # a view over the chunk's rows: the backward pass sums their gradients
                 layer.keys = layer.keys.expand(len(chunk), -1, -1, -1)
                 layer.values = layer.values.expand(len(chunk), -1, -1, -1)

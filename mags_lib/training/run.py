@@ -554,7 +554,9 @@ def train_stage(stage: str, cfg: TrainConfig, rows: Sequence[dict], folder: Path
                                                  * self.args.gradient_accumulation_steps, seed=cfg.seed)
 
             trainer_cls = _ShuffledLengthSFT
-        if stage_cfg.loss_average == "sequence" or stage_cfg.share_prefix:
+        # Unsloth checkpoints activations (no key/value cache to continue from): the prefix runs per row there
+        share = stage_cfg.share_prefix and backend != "unsloth"
+        if stage_cfg.loss_average == "sequence" or share:
             from .losses import sequence_mean_loss, token_mean_loss
 
             class _ChunkedSFT(trainer_cls):  # the loss of losses.py: chunks of similar length, the prefix once
@@ -563,12 +565,10 @@ def train_stage(stage: str, cfg: TrainConfig, rows: Sequence[dict], folder: Path
                         raise NotImplementedError("the chunked loss (losses.completion_nll) computes no logits "
                                                   "to return")
                     if stage_cfg.loss_average == "sequence":  # each row's mean loss, then the mean over rows
-                        loss, counts = sequence_mean_loss(model, inputs, inputs["labels"],
-                                                          share_prefix=stage_cfg.share_prefix)
+                        loss, counts = sequence_mean_loss(model, inputs, inputs["labels"], share_prefix=share)
                     else:  # TRL's token mean
                         loss, counts = token_mean_loss(model, inputs, inputs["labels"],
-                                                       num_items_in_batch=num_items_in_batch,
-                                                       share_prefix=stage_cfg.share_prefix)
+                                                       num_items_in_batch=num_items_in_batch, share_prefix=share)
                     if model.training:  # what TRL's compute_loss logs (tokens seen, token accuracy)
                         self._total_train_tokens += int(inputs["attention_mask"].sum())
                         self._metrics["train"]["num_tokens"] = [self._total_train_tokens]
