@@ -268,3 +268,28 @@ def test_a_time_limit_stops_the_warm_start_resumably_and_grpo_waits_for_it(tiny_
     assert meta["stages"]["sft"]["steps"] == 6 and meta["stages"]["sft"]["resumed_from"] == 1
     assert meta["stages"]["grpo"]["steps"] == 1
     assert (run / "grpo" / "adapter_model.safetensors").is_file()
+
+
+def test_a_copied_models_folder_keeps_its_finished_stages(tiny_base, rows, tmp_path):
+    """A stage's content hash names the base model by its weights' sha256, not by the folder it was read from:
+    a finished stage copied to another models root (another clone, another ``models_root``) is skipped there,
+    not retrained and moved to ``replaced/``."""
+    import hashlib
+    import shutil
+
+    a, b = tmp_path / "a" / "base", tmp_path / "b" / "base"
+    shutil.copytree(tiny_base, a)
+    digest = hashlib.sha256((a / "model.safetensors").read_bytes()).hexdigest()
+    (a / "mags_manifest.json").write_text(json.dumps({"model.safetensors_sha256": digest}))
+    shutil.copytree(a, b)
+    cfg = _tiny_cfg(max_steps=1, save_steps=1)
+    kw = {"prompt": ROLE_SPECS["write"].trained, "data_hashes": {"t": "1"}, "progress": False, "note": lambda s: None}
+    first = train_stage("sft", cfg, rows["write"]["train"][:4], tmp_path / "a" / "run" / "sft", base_dir=a, **kw)
+    shutil.copytree(tmp_path / "a" / "run", tmp_path / "b" / "run")
+    again = train_stage("sft", cfg, rows["write"]["train"][:4], tmp_path / "b" / "run" / "sft", base_dir=b, **kw)
+    assert not first.skipped and again.skipped
+    assert not (tmp_path / "b" / "run" / "replaced").exists()
+    # other weights under the same folder name are another base: that stage is trained again
+    (b / "mags_manifest.json").write_text(json.dumps({"model.safetensors_sha256": "0" * 64}))
+    assert not train_stage("sft", cfg, rows["write"]["train"][:4], tmp_path / "b" / "run" / "sft", base_dir=b,
+                           **kw).skipped

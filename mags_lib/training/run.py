@@ -444,6 +444,23 @@ def _stage_ident(stage: str, cfg: TrainConfig, rows: Sequence[dict], *, base_dir
             "init": json.loads((init_adapter / "meta.json").read_text())["content_hash"] if init_adapter else None}
 
 
+def stage_hash(ident: dict) -> str:
+    """The content hash of a stage's identity (:func:`_stage_ident`). The base model counts by its weights'
+    sha256, not by the folder it was read from, so a models folder copied or moved elsewhere (another clone,
+    another ``models_root``) keeps its finished stages; without a sha256 the path is all there is and stays.
+
+    >>> ident = {"stage": "sft", "base": {"path": "/a/models/base/m", "name": "m", "sha256": "ab12"}}
+    >>> stage_hash(ident) == stage_hash({**ident, "base": {**ident["base"], "path": "/b/models/base/m"}})
+    True
+    >>> stage_hash(ident) == stage_hash({**ident, "base": {**ident["base"], "sha256": "cd34"}})
+    False
+    """
+    base = dict(ident.get("base") or {})
+    if base.get("sha256"):
+        base.pop("path", None)
+    return config_hash({**ident, "base": base})
+
+
 def reuse_warm_start(source: Path, folder: Path, digest: str, note: Callable[[str], None] = print) -> bool:
     """Copy the finished warm start ``source`` (``models/<role>/<tag>/sft``) to ``folder`` when its content
     hash is ``digest`` (same configuration, data and base), so variants of one role (training objectives,
@@ -498,7 +515,7 @@ def train_stage(stage: str, cfg: TrainConfig, rows: Sequence[dict], folder: Path
     backend = pick_backend(backend)
     ident = _stage_ident(stage, cfg, rows, base_dir=base_dir, prompt=prompt, data_hashes=data_hashes,
                          init_adapter=init_adapter)
-    digest = config_hash(ident)
+    digest = stage_hash(ident)
     done = _stage_done(folder, digest)
     if done is not None:
         note(f"{cfg.role}/{stage}: already trained with this configuration ({folder}), skipped")
@@ -769,7 +786,7 @@ def train_role(role: str, *, run_tag: str, config: TrainConfig, data: dict | Non
     if warm_start is not None:
         ident = _stage_ident("sft", config, rows, base_dir=base_dir, prompt=prompt, data_hashes=data["hashes"],
                              init_adapter=None)
-        reuse_warm_start(run_dir(role, warm_start, models_root) / "sft", folder / "sft", config_hash(ident), note)
+        reuse_warm_start(run_dir(role, warm_start, models_root) / "sft", folder / "sft", stage_hash(ident), note)
     results = {}
     results["sft"] = train_stage("sft", config, rows, folder / "sft", base_dir=base_dir, prompt=prompt,
                                  data_hashes=data["hashes"], backend=backend, progress=progress, note=note,
