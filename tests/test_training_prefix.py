@@ -66,7 +66,12 @@ def test_shared_prefix_loss_and_gradients_equal_the_per_row_computation(tiny):
     assert all(len(ids) > n_p for ids, n_p in batch)
 
     a = fresh()
+    seen: list[tuple] = []  # what goes through the model: the prefix once (one row), then every row's rest
+    hook = a.get_input_embeddings().register_forward_hook(lambda m, args, out: seen.append(tuple(args[0].shape)))
     loss_a, n_a = batch_loss(a, batch, pad_id=tok.pad_token_id)
+    hook.remove()
+    c = min(shared, min(n_p for _, n_p in batch) - 1)
+    assert seen == [(1, c), (len(batch), max(len(ids) for ids, _ in batch) - c)], seen
     loss_a.backward()
     b = fresh()
     loss_b, n_b = batch_loss_per_row(b, batch)

@@ -58,8 +58,8 @@ import torch.nn.functional as F
 
 from .config import LOSS_AVERAGES
 
-__all__ = ["LOSS_AVERAGES", "PAD_SLACK", "completion_nll", "length_chunks", "row_widths", "sequence_mean",
-           "sequence_mean_loss", "shared_prefix_len", "token_mean_loss"]
+__all__ = ["LOSS_AVERAGES", "PAD_SLACK", "completion_nll", "length_chunks", "prefix_cache", "row_widths",
+           "sequence_mean", "sequence_mean_loss", "shared_prefix_len", "token_mean_loss"]
 
 
 # A chunk of rows goes through the model as one padded batch while its padded positions stay within this
@@ -101,6 +101,22 @@ def row_widths(attention_mask: torch.Tensor) -> list[int]:
     return torch.where(m.any(1), last, torch.zeros_like(last)).tolist()
 
 
+def prefix_cache(stack, prefix_ids: torch.Tensor, n_rows: int, position_ids: torch.Tensor | None = None):
+    """Run the shared prefix ``prefix_ids`` ``(1, c)`` through a decoder ``stack`` once and return its key/value
+    cache expanded to ``n_rows`` rows, a view (no copy): the backward pass sums the rows' gradients into the one
+    prefix pass. None when the stack returns no cache (under activation checkpointing): run the rows whole then.
+    Used by :func:`completion_nll` and the consolidation trainer (:func:`mags_lib.training.prefix.batch_loss`).
+    """
+    kw = {} if position_ids is None else {"position_ids": position_ids}
+    cache = stack(input_ids=prefix_ids, use_cache=True, **kw).past_key_values
+    if cache is None:
+        return None
+    for layer in cache.layers:
+        layer.keys = layer.keys.expand(n_rows, -1, -1, -1)
+        layer.values = layer.values.expand(n_rows, -1, -1, -1)
+    return cache
+
+
 def completion_nll(model, inputs: dict, labels: torch.Tensor, *, slack: float | None | str = "auto",
                    share_prefix: bool = True) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Next-token losses of the completion tokens of a batch.
@@ -134,25 +150,17 @@ def completion_nll(model, inputs: dict, labels: torch.Tensor, *, slack: float | 
                 if inputs.get(k) is not None}
         c = shared_prefix_len(ids, labels[idx.to(labels.device), :w], keep.get("attention_mask")) \
             if share_prefix else 0
-        cache = None
+        stack, pos = inner.base_model, keep.get("position_ids")
+        cache = prefix_cache(stack, ids[:1, :c], len(chunk), None if pos is None else pos[:1, :c]) if c else None
+        c = c if cache is not None else 0  # no cache (activation checkpointing): every row runs whole
         if c:
-            stack = inner.base_model
-            pos = keep.get("position_ids")
-            cache = stack(input_ids=ids[:1, :c], use_cache=True,
-                          **({"position_ids": pos[:1, :c]} if pos is not None else {})).past_key_values
-            # no cache comes back under activation checkpointing: then every row runs whole
-            c = c if cache is not None else 0
-        if c:
-            for layer in cache.layers:  # a view over the chunk's rows: the backward pass sums their gradients
-                layer.keys = layer.keys.expand(len(chunk), -1, -1, -1)
-                layer.values = layer.values.expand(len(chunk), -1, -1, -1)
             rest = {"position_ids": pos[:, c:] if pos is not None
                     else torch.arange(c, w, device=ids.device).unsqueeze(0).expand(len(chunk), -1)}
             if "attention_mask" in keep:
                 rest["attention_mask"] = keep["attention_mask"]  # past and present positions
             hidden = stack(input_ids=ids[:, c:], past_key_values=cache, use_cache=True, **rest).last_hidden_state
         else:
-            hidden = inner.base_model(input_ids=ids, use_cache=False, **keep).last_hidden_state
+            hidden = stack(input_ids=ids, use_cache=False, **keep).last_hidden_state
         target = labels[idx.to(labels.device), c + 1:w].to(hidden.device)
         m = target != -100
         logits = inner.get_output_embeddings()(hidden[:, :-1][m]).float()
@@ -168,8 +176,9 @@ def completion_nll(model, inputs: dict, labels: torch.Tensor, *, slack: float | 
 def shared_prefix_len(ids: torch.Tensor, labels: torch.Tensor, attention_mask: torch.Tensor | None = None) -> int:
     """How many leading positions of a chunk ``ids`` ``(B, W)`` can run once for all its rows: the tokens every
     row begins with, stopped before the output that predicts the first completion token of any row
-    (``labels`` -100 outside the completions), and only over real tokens (a left-padded chunk shares
-    nothing unless its rows are padded alike). 0 for a single row: nothing to share.
+    (``labels`` -100 outside the completions), and only over real tokens (any padding at the start of a
+    chunk shares nothing). 0 for a single row: nothing to share. The same rule on token lists (rows
+    without padding): :func:`mags_lib.training.prefix.common_prefix_len` in the consolidation trainer.
 
     >>> ids = torch.tensor([[5, 6, 7, 8, 9], [5, 6, 7, 3, 0]])
     >>> labels = torch.tensor([[-100, -100, -100, -100, 9], [-100, -100, -100, 3, -100]])

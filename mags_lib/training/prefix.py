@@ -99,15 +99,13 @@ def batch_loss(model: Any, batch: Sequence[tuple[list[int], int]], pad_id: int) 
     import torch
     import torch.nn.functional as F
 
+    from .losses import prefix_cache
+
     inner, head = _parts(model)
     c = _shared_len(batch)
     n = len(batch)
-    cache = None
-    if c > 0:
-        cache = inner(input_ids=torch.tensor([batch[0][0][:c]]), use_cache=True).past_key_values
-        for layer in cache.layers:  # a view over the batch: the backward pass sums the rows' gradients
-            layer.keys = layer.keys.expand(n, -1, -1, -1)
-            layer.values = layer.values.expand(n, -1, -1, -1)
+    cache = prefix_cache(inner, torch.tensor([batch[0][0][:c]]), n) if c > 0 else None
+    c = c if cache is not None else 0  # no cache (activation checkpointing): every row runs whole
     suffix = [ids[c:] for ids, _ in batch]
     width = max(len(s) for s in suffix)
     # right padding: under the causal mask a real token never sees the pads after it, and the pads' own
