@@ -859,6 +859,12 @@ class MAGS:
         :func:`mags_lib.graph.dates.annotate_relative_dates`): the episode's time for an episode, for a
         fact the time it was first said. Items the graph does not know (hand-made) show their text.
         """
+        text, time_, current, speaker, until = self._item_fields(item)
+        return P.format_item(text, time=_date_part(time_), current=current, speaker=speaker,
+                             until=_date_part(until))
+
+    def _item_fields(self, item: Any) -> tuple[str, str | None, bool | None, str | None, str | None]:
+        """What :meth:`render_item` shows of ``item``: text, time, current, speaker, until."""
         g = self.graph
         time_, current, speaker, until = None, None, None, None
         node_id = getattr(item, "node_id", None)
@@ -884,8 +890,7 @@ class MAGS:
             from .graph.dates import annotate_relative_dates
 
             text = annotate_relative_dates(text, time_)
-        return P.format_item(text, time=_date_part(time_), current=current, speaker=speaker,
-                             until=_date_part(until))
+        return text, time_, current, speaker, until
 
     def pack_facts(self, items: Sequence[Any], budget: int | None = None) -> tuple[list[str], int, list]:
         """Memory lines from ranked recall items, best first, within the token budget.
@@ -917,6 +922,20 @@ class MAGS:
             seen.add(key)
             used += cost
         return facts, (b.count_tokens(P.format_facts(facts)) if facts else 0), used_items
+
+    def in_time_order(self, facts: list[str], tokens: int, items: list) -> tuple[list[str], int, list]:
+        """:meth:`pack_facts`'s lines (and items) as the reader is shown them: the dated ones oldest first, in
+        the places the dated ones held, undated ones where they were (:func:`mags_lib.graph.values.chronological_order`).
+
+        Recall ranks items best first; the reader is trained on memory blocks in this order (the answer data of
+        :mod:`mags_lib.data.answer`), so the later of two dated values of the same thing is the later line.
+        """
+        from .graph.values import chronological_order
+
+        order = chronological_order([self._item_fields(it)[1] for it in items])
+        if order == list(range(len(items))):
+            return facts, tokens, items
+        return [facts[i] for i in order], tokens, [items[i] for i in order]
 
     def _full_context(self, question: str) -> tuple[list[str], int, list]:
         """The ``full_context`` memory: raw observations, newest kept, as many as fit the window.
@@ -989,7 +1008,7 @@ class MAGS:
             elif c.memory == "none":
                 facts, mem_tokens, used_items = [], 0, []
             else:
-                facts, mem_tokens, used_items = self.pack_facts(res.items)
+                facts, mem_tokens, used_items = self.in_time_order(*self.pack_facts(res.items))
             gen = self._answer(question, facts)
         t3 = _time.perf_counter()
         self.n_asks += 1

@@ -120,6 +120,28 @@ def test_ask_gives_the_answer_model_the_recalled_facts(scripted):
     assert a.memory_tokens == backends["answer"].count_tokens(P.format_facts(a.facts))
 
 
+def test_the_reader_sees_dated_items_oldest_first_and_undated_ones_in_their_ranked_places():
+    """Recall ranks items best first; the reader is shown the dated ones oldest first (as the answer model's
+    training data, mags_lib.data.answer), so the later of two values is the later line."""
+    said = [("Blorps moved to Tarn Hollow.", "2023-09-02"), ("Blorps live in Pell Ridge.", "2022-01-15"),
+            ("Blorps nest in copper caves.", None), ("Blorps once lived in Gale Fen.", "2023-03-30"),
+            ("Blorps settled in Mossy Creek.", "2021-11-04")]
+    backends = {"write": TableBackend({}), "ask": TableBackend({}), "answer": TableBackend({}, default="x"),
+                "router": TableBackend({})}
+    m = MAGS(MAGSConfig(maintain_every=0, embedder="hash"), backends=backends)
+    for i, (text, time) in enumerate(said):
+        m.observe(text, source=f"S{i}", time=time)
+    a = m.ask("Where do blorps live?", k=10)
+    assert a.facts == [m.render_item(it) for it in a.items] and len(a.facts) == len(said)
+    ranked, _, _ = m.pack_facts(a.recall.items)
+    assert sorted(ranked) == sorted(a.facts) and ranked != a.facts  # the ranking was not already in time order
+    dates = [f[1:11] for f in a.facts if f.startswith("(")]
+    assert dates == sorted(dates) and len(dates) == 4
+    undated = "Blorps nest in copper caves."
+    assert a.facts.index(undated) == ranked.index(undated)  # the undated item keeps its ranked place
+    assert backends["answer"].calls[-1]["content"] == P.build_messages("answer", a.question, facts=a.facts)[-1]["content"]
+
+
 def test_adherence_is_the_strict_parse_of_the_raw_output():
     text = "Glimmets sing at noon."
     write = TableBackend({text: "Sure! <memory_write>Glimmets,sing at,noon</memory_write>"})

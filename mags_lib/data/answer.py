@@ -14,10 +14,12 @@ Row columns (beside the common ``id, role, kind, input, response, world_id, temp
 ``ops`` / ``context`` are empty, ``n_ops`` is 0):
 
 * ``input`` -- the question; ``response`` -- the gold answer text;
-* ``memory`` -- the items in prompt order: ``{"text", "time", "current", "speaker", "until"}`` (``time``,
-  ``speaker`` and ``until`` may be ``None``; ``current`` is ``False`` for a superseded fact, else
-  ``None``; ``until``: when a superseded fact stopped being true -- the date of the update in
-  ``update`` examples, unknown in ``superseded_only`` ones, as the memory shows both);
+* ``memory`` -- the items in prompt order, the dated ones oldest first in the places dated ones hold
+  (as :meth:`mags_lib.MAGS.ask` shows them, :func:`mags_lib.graph.values.chronological_order`):
+  ``{"text", "time", "current", "speaker", "until"}`` (``time``, ``speaker`` and ``until`` may be
+  ``None``; ``current`` is ``False`` for a superseded fact, else ``None``; ``until``: when a superseded
+  fact stopped being true -- the date of the update in ``update`` examples, unknown in
+  ``superseded_only`` ones, as the memory shows both);
 * ``aliases`` -- accepted answers (empty when the gold answer is the abstention);
 * ``gold_facts`` -- the world facts that answer the question (empty for abstentions).
 
@@ -29,7 +31,7 @@ Kinds (:data:`ANSWER_KINDS`, with their sampling weights):
 ``multihop``        two items chain (``blorps are led by Zarn``, ``Zarn lives in Pell Ridge``)
 ``update``          an older value marked ``no longer true`` (since the update's date, when dated)
                     and the current one: answer the current
-``newest``          two unmarked values with dates: the later one is current
+``newest``          two unmarked values with dates: the later one (the later line) is current
 ``unanswerable``    items about the same subject (other relations) or the same relation (other
                     subjects), never the asked one: abstain
 ``empty``           nothing was recalled: abstain
@@ -43,6 +45,7 @@ import datetime as _dt
 import numpy as np
 
 from .. import protocol
+from ..graph.values import chronological_order
 from .render import _fix, _idx, _new_value, _pick, _question, _Skip, _statement, _update_sentence
 from .templates import RELATIONS_BY_KEY, sentence_case
 from .worlds import Fact, World
@@ -332,6 +335,8 @@ def render_answer(world: World, kind: str, rng: np.random.Generator) -> dict:
         question, answer, gold, items, tids = _RENDER[kind](world, rng, clock)
     except _Skip as exc:
         raise LookupError(f"world {world.world_id} cannot render answer/{kind}: {exc}") from exc
+    # as the agent shows recalled items: dated ones oldest first, in the places dated ones held
+    items = [items[i] for i in chronological_order([it["time"] for it in items])]
     return {"role": "answer", "kind": kind, "input": question,
             "response": protocol.ABSTAIN_ANSWER if answer is None else answer,
             "ops": [], "n_ops": 0, "world_id": world.world_id, "template_ids": tids, "context": [],

@@ -40,7 +40,7 @@ __all__ = [
     "generate_worlds",
 ]
 
-GENERATOR_VERSION = "1.2.0"
+GENERATOR_VERSION = "1.3.0"  # 1.3.0: answer memory blocks list dated items oldest first
 
 _ONSETS = ("b", "bl", "br", "d", "dr", "f", "fl", "g", "gl", "gr", "k", "kl", "kr", "l", "m", "n",
            "p", "pl", "pr", "qu", "r", "s", "sk", "sn", "sp", "st", "t", "tr", "v", "z", "zh", "th",

@@ -22,11 +22,12 @@ import datetime as _dt
 import math
 import numbers
 import re
+from collections.abc import Sequence
 
 import numpy as np
 
-__all__ = ["clean_int", "clean_source", "clean_text", "clean_time", "clean_unit", "earliest_time", "is_iso_time",
-           "parse_session_date"]
+__all__ = ["chronological_order", "clean_int", "clean_source", "clean_text", "clean_time", "clean_unit", "earliest_time",
+           "is_iso_time", "parse_session_date", "time_order_key"]
 
 
 def clean_text(text: object, name: str = "text", *, allow_empty: bool = False) -> str:
@@ -91,6 +92,38 @@ def earliest_time(a: str | None, b: str | None) -> str | None:
     if is_iso_time(a) and is_iso_time(b):
         return min(a, b)
     return a if a is not None else b
+
+
+def time_order_key(value: str | None) -> str | None:
+    """An item's time as sortable ISO text: ISO as is, a date in words converted (:func:`parse_session_date`);
+    None for no time or one that names no date.
+
+    >>> time_order_key("2023-05-08T13:56"), time_order_key("1:56 pm on 8 May, 2023"), time_order_key("8 May 2023")
+    ('2023-05-08T13:56', '2023-05-08T13:56', '2023-05-08')
+    >>> time_order_key("last summer"), time_order_key(None)
+    (None, None)
+    """
+    if not isinstance(value, str) or not value.strip():
+        return None
+    value = " ".join(value.split())
+    return value if is_iso_time(value) else parse_session_date(value)
+
+
+def chronological_order(times: Sequence[str | None]) -> list[int]:
+    """The order that shows dated items oldest first, each undated item staying where it was.
+
+    The memory block the reader sees (:meth:`mags_lib.MAGS.ask`, the answer data of
+    :mod:`mags_lib.data.answer`) lists recalled items so: the dated ones take the places the dated ones
+    held, in time order (ties keep their given order), so the later of two dated values is always the
+    later line. ``times`` as :func:`time_order_key` reads them; returns indices into ``times``.
+
+    >>> chronological_order(["2023-05-08", None, "8 April 2023", "1:56 pm on 9 May, 2023", "someday"])
+    [2, 1, 0, 3, 4]
+    """
+    keys = [time_order_key(t) for t in times]
+    dated = [i for i, k in enumerate(keys) if k is not None]
+    slots = iter(sorted(dated, key=lambda i: keys[i]))
+    return [next(slots) if k is not None else i for i, k in enumerate(keys)]
 
 
 _ISO_DATE = re.compile(r"\d{4}-\d{2}-\d{2}")
