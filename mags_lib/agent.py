@@ -925,7 +925,8 @@ class MAGS:
 
     def in_time_order(self, facts: list[str], tokens: int, items: list) -> tuple[list[str], int, list]:
         """:meth:`pack_facts`'s lines (and items) as the reader is shown them: the dated ones oldest first, in
-        the places the dated ones held, undated ones where they were (:func:`mags_lib.graph.values.chronological_order`).
+        the places the dated ones held, undated ones where they were
+        (:func:`mags_lib.graph.values.chronological_order`); the token count stays (each line keeps its text).
 
         Recall ranks items best first; the reader is trained on memory blocks in this order (the answer data of
         :mod:`mags_lib.data.answer`), so the later of two dated values of the same thing is the later line.

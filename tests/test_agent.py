@@ -139,7 +139,8 @@ def test_the_reader_sees_dated_items_oldest_first_and_undated_ones_in_their_rank
     assert dates == sorted(dates) and len(dates) == 4
     undated = "Blorps nest in copper caves."
     assert a.facts.index(undated) == ranked.index(undated)  # the undated item keeps its ranked place
-    assert backends["answer"].calls[-1]["content"] == P.build_messages("answer", a.question, facts=a.facts)[-1]["content"]
+    seen = backends["answer"].calls[-1]["content"]
+    assert seen == P.build_messages("answer", a.question, facts=a.facts)[-1]["content"]
 
 
 def test_adherence_is_the_strict_parse_of_the_raw_output():

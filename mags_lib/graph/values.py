@@ -26,8 +26,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-__all__ = ["chronological_order", "clean_int", "clean_source", "clean_text", "clean_time", "clean_unit", "earliest_time",
-           "is_iso_time", "parse_session_date", "time_order_key"]
+__all__ = ["chronological_order", "clean_int", "clean_source", "clean_text", "clean_time", "clean_unit",
+           "earliest_time", "is_iso_time", "parse_session_date", "time_order_key"]
 
 
 def clean_text(text: object, name: str = "text", *, allow_empty: bool = False) -> str:
