@@ -178,7 +178,8 @@ def shared_prefix_len(ids: torch.Tensor, labels: torch.Tensor, attention_mask: t
     row begins with, stopped before the output that predicts the first completion token of any row
     (``labels`` -100 outside the completions), and only over real tokens (any padding at the start of a
     chunk shares nothing). 0 for a single row: nothing to share. The same rule on token lists (rows
-    without padding): :func:`mags_lib.training.prefix.common_prefix_len` in the consolidation trainer.
+    without padding) is the consolidation trainer's ``prefix._shared_len`` (the common prefix, stopped before
+    each row's last prompt token).
 
     >>> ids = torch.tensor([[5, 6, 7, 8, 9], [5, 6, 7, 3, 0]])
     >>> labels = torch.tensor([[-100, -100, -100, -100, 9], [-100, -100, -100, 3, -100]])
