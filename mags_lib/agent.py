@@ -934,8 +934,6 @@ class MAGS:
         from .graph.values import chronological_order
 
         order = chronological_order([self._item_fields(it)[1] for it in items])
-        if order == list(range(len(items))):
-            return facts, tokens, items
         return [facts[i] for i in order], tokens, [items[i] for i in order]
 
     def _full_context(self, question: str) -> tuple[list[str], int, list]:
