@@ -253,12 +253,12 @@ def _profile_values(role: str, profile: str) -> dict:
         # faster over 10 steps here, same losses). The whole 280-step writer warm start so (2026-11-27, AVX2, fp32):
         # 2,401 s, exact-triplet F1 0.834 (0.784 with the old recipe), all 48 empty-gold test rows left empty.
         # Ask and answer keep length-grouped batches (not probed).
-        # Steps cut by a fifth (200 / 280 / 260 -> 160 / 224 / 208, generated rows with them: one row a sample) for the
-        # 90-minute target: the three roles' train_role took ~106 min here one at a time (ask 1,635 s, write
-        # ~2,820 s, answer ~1,995 s, 2026-11-27/28), the warm starts 90 of them; the answer run's checkpoints were
-        # flat over its last 40 steps (README). Measured run of this profile: README, "The default profile in one process".
+        # Steps: cut by a fifth for the 90-minute target (200 / 280 / 260 -> 160 / 224 / 208, 2026-11-28) the warm
+        # starts lost 0.08-0.09 of their primary metric (write exact-triplet F1 0.834 -> 0.754 on 100 generated test
+        # rows, answer accuracy 0.780 -> 0.686 on the 500 test rows; one run each), so the profile keeps these; that
+        # run's three roles took 69.6 min in one process at that hour's rates (README, "The default profile in one process").
         write = dict(batching="random", loss_average="sequence") if role == "write" else {}
-        steps = {"ask": 160, "write": 224, "answer": 208}[role]
+        steps = {"ask": 200, "write": 280, "answer": 260}[role]
         return dict(sft=dict(max_steps=steps, batch_size=8, save_steps=10, n_generated=8 * steps, n_seed=320, **write),
                     grpo=dict(max_steps=10, prompts_per_step=2, num_generations=4, save_steps=5,
                               max_completion_length=128 if long_out else 16, n_prompts=60),
