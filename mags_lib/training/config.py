@@ -256,7 +256,8 @@ def _profile_values(role: str, profile: str) -> dict:
         # Steps: cut by a fifth for the 90-minute target (200 / 280 / 260 -> 160 / 224 / 208, 2026-11-28) the warm
         # starts lost 0.08-0.09 of their primary metric (write exact-triplet F1 0.834 -> 0.754 on 100 generated test
         # rows, answer accuracy 0.780 -> 0.686 on the 500 test rows; one run each), so the profile keeps these; that
-        # run's three roles took 69.6 min in one process at that hour's rates (README, "The default profile in one process").
+        # run's three roles took 69.6 min in one process at that hour's rates (README: "The default profile in one
+        # process").
         write = dict(batching="random", loss_average="sequence") if role == "write" else {}
         steps = {"ask": 200, "write": 280, "answer": 260}[role]
         return dict(sft=dict(max_steps=steps, batch_size=8, save_steps=10, n_generated=8 * steps, n_seed=320, **write),
