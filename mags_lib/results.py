@@ -190,6 +190,11 @@ def _x25(d: Mapping, src: str) -> list:
             if _num(row.get(key)) is not None:
                 out.append(record(f"{role} {v} {label}", row.get(key), unit,
                                   n=row.get("n_outcome") if key == "heldout_outcome" else None, source=src))
+    for row in (d.get("one_model") or {}).get("table") or []:  # section 5: one model for all roles vs specialised
+        for model in ("specialised", "one_model"):
+            out.append(record(f"{row['role']} {row['stage']} {row['set']} {row['mode']} {row['metric']} "
+                              f"{model.replace('_', ' ')}", row.get(model), "F1" if "f1" in row["metric"] else "share",
+                              n=row.get("n"), source=src))
     return out
 
 

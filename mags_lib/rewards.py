@@ -75,6 +75,7 @@ __all__ = [
     "answer_correct_reward",
     "ask_retrieval_reward",
     "brevity_reward",
+    "by_role_reward",
     "churn_cost",
     "completion_text",
     "exact_f1_reward",
@@ -737,6 +738,42 @@ def signal_report(log, samples: Sequence[Mapping] | None = None, *, min_reward: 
     return out
 
 
+def by_role_reward(completions: Sequence, role: Sequence[str] | str | None = None, *,
+                   roles: Mapping[str, Mapping[str, Any]], **kwargs) -> list[float]:
+    """One model for several roles: each completion scored by the rewards of its own row's ``role``.
+
+    ``roles`` maps a role to ``{"rewards": {name: weight}, "options": {name: {keyword: value}}}``
+    (a role's :class:`~mags_lib.training.GRPOConfig` ``rewards`` and ``reward_options``); a completion's
+    reward is the weighted sum of its role's rewards, as TRL sums a specialised run's weighted rewards.
+    Every other keyword that is a list of one value per completion (the dataset's columns) is
+    subset to the completions of each role; the rest (TRL's trainer state, loggers) pass through.
+
+    >>> spec = {"rewards": {"answer_correct": 1.0, "brevity": 0.5}, "options": {}}
+    >>> by_role_reward(["Gus.", "<memory_ask>Gus</memory_ask>", "Velvet moss."], role=["answer", "ask", "answer"],
+    ...                aliases=[["Gus"], [], ["Gus"]], response=["Gus", "<memory_ask>Gus</memory_ask>", "Gus"],
+    ...                roles={"answer": spec, "ask": {"rewards": {"format": 0.5}, "options": {}}})
+    [1.0, 0.5, 0.0]
+    """
+    n = len(completions)
+    labels = [role] * n if isinstance(role, str) or role is None else list(role)
+    if len(labels) != n:
+        raise ValueError(f"by_role_reward needs one role per completion, got {len(labels)} for {n}")
+    unknown = sorted({str(r) for r in labels} - set(roles))
+    if unknown:
+        raise ValueError(f"completions of roles {unknown} have no rewards here: by_role_reward scores {sorted(roles)}")
+    out = [0.0] * n
+    for name_role in sorted(set(labels)):
+        idx = [i for i, r in enumerate(labels) if r == name_role]
+        sub = {k: [v[i] for i in idx] if isinstance(v, list) and len(v) == n else v for k, v in kwargs.items()}
+        spec = roles[name_role]
+        options = spec.get("options") or {}
+        for name, weight in spec["rewards"].items():
+            fn = get_reward(name, **options.get(name, {}))
+            for i, value in zip(idx, fn([completions[i] for i in idx], role=[name_role] * len(idx), **sub)):
+                out[i] += weight * (0.0 if value is None else float(value))
+    return out
+
+
 REGISTRY: dict[str, Callable[..., list[float]]] = {
     "format": format_reward,
     "role": role_reward,
@@ -754,6 +791,7 @@ REGISTRY: dict[str, Callable[..., list[float]]] = {
     "graph_cost": graph_cost_reward,
     "outcome_write": outcome_write_reward,
     "outcome_ask": outcome_ask_reward,
+    "by_role": by_role_reward,
 }
 
 

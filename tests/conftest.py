@@ -68,6 +68,24 @@ def results_root(tmp_path, monkeypatch) -> Path:
     return root
 
 
+@pytest.fixture(scope="module")
+def tiny_base(tmp_path_factory):
+    """A 2-layer Llama with SmolLM2's tokenizer and chat template (random weights, seconds to train)."""
+    from fakes import make_tiny_llama
+
+    return make_tiny_llama(tmp_path_factory.mktemp("tiny_base"))
+
+
+@pytest.fixture(scope="module")
+def tiny_rows() -> dict:
+    """Generated rows of every role (``{role: {split: rows}}``): 24 train, 4 validation, 12 test."""
+    from mags_lib.data import GenerationConfig, generate_role_splits
+
+    cfg = GenerationConfig(n_train=24, n_validation=4, n_test=12, worlds_train=4, worlds_validation=1, worlds_test=2,
+                           seed=3)
+    return generate_role_splits(cfg, progress=False)[0]
+
+
 def pytest_collection_modifyitems(config, items):
     """Start the slow tests first: with ``-n 2`` the long ones then overlap with the many short ones
     instead of running alone at the end (a stable sort: order within each group is unchanged)."""

@@ -141,7 +141,7 @@ def test_reward_table(name, kwargs, completion, expected):
 def test_every_reward_is_registered_with_a_doctest():
     assert set(REGISTRY) == {"format", "role", "exact_f1", "op_f1", "ask_retrieval", "length", "answer_correct",
                              "abstention", "brevity", "ops_cost", "new_nodes_cost", "new_edges_cost", "churn_cost",
-                             "graph_cost", "outcome_write", "outcome_ask"}
+                             "graph_cost", "outcome_write", "outcome_ask", "by_role"}
     for fn in REGISTRY.values():
         assert ">>>" in (fn.__doc__ or ""), fn.__name__
 

@@ -21,9 +21,7 @@ import time
 from pathlib import Path
 
 import pytest
-from fakes import make_tiny_llama
 
-from mags_lib.data import GenerationConfig, generate_role_splits
 from mags_lib.roles import ROLE_SPECS
 from mags_lib.training import GRPOConfig, LoraSpec, SFTConfig, TrainConfig
 from mags_lib.training.run import _select_hard, _token_lengths, sft_examples, train_stage
@@ -32,16 +30,8 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="module")
-def tiny_base(tmp_path_factory):
-    """A 2-layer Llama with SmolLM2's tokenizer and chat template (random weights, seconds to train)."""
-    return make_tiny_llama(tmp_path_factory.mktemp("tiny_base"))
-
-
-@pytest.fixture(scope="module")
-def rows():
-    cfg = GenerationConfig(n_train=24, n_validation=4, n_test=12, worlds_train=4, worlds_validation=1, worlds_test=2,
-                           seed=3)
-    return generate_role_splits(cfg, progress=False)[0]
+def rows(tiny_rows):
+    return tiny_rows
 
 
 def _tiny_cfg(role="write", **sft):

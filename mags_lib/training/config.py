@@ -158,11 +158,14 @@ class GRPOConfig:
             raise ValueError(f"reward_options for rewards that are not used: {sorted(stray)}")
 
 
+JOINT = "joint"  # the role name of one model trained for several roles (mags_lib.training.joint)
+
+
 @dataclass(frozen=True)
 class TrainConfig:
     """Everything that defines one role's training run (its hash names the run's content)."""
 
-    role: str = _f("write", "ask | write | answer")
+    role: str = _f("write", "ask | write | answer (joint: one model for several roles, training.joint)")
     profile: str = _f("default", "smoke | default | full (sizes)")
     seed: int = _f(0, "one seed: data order, LoRA init, sampling")
     lora: LoraSpec = _f(LoraSpec(), "the adapter")
@@ -174,8 +177,8 @@ class TrainConfig:
     threads: int | None = _f(None, "torch threads (None: every usable core; on a shared machine 1 is faster)")
 
     def __post_init__(self) -> None:
-        if self.role not in ROLE_NAMES:
-            raise ValueError(f"role must be one of {ROLE_NAMES}, got {self.role!r}")
+        if self.role not in (*ROLE_NAMES, JOINT):
+            raise ValueError(f"role must be one of {(*ROLE_NAMES, JOINT)}, got {self.role!r}")
         if self.profile not in PROFILES:
             raise ValueError(f"profile must be one of {PROFILES}, got {self.profile!r}")
         if self.n_eval < 0 or (self.threads is not None and self.threads < 1):

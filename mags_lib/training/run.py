@@ -24,7 +24,7 @@ import json
 import os
 import shutil
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +33,7 @@ from ..roles import ROLE_SPECS, PromptSpec
 from .config import PRIMARY_REWARD, TrainConfig, config_hash
 from .layout import FORMAT, STAGES, read_run_meta, run_dir
 
-__all__ = ["StageResult", "TrainingBackendError", "grpo_pool", "grpo_rows", "last_complete_checkpoint", "load_role_data",
+__all__ = ["StageResult", "TrainingBackendError", "grpo_candidates", "grpo_pool", "grpo_rows", "last_complete_checkpoint", "load_role_data",
            "pick_backend", "record_metrics", "reuse_warm_start", "rows_hash", "sft_examples", "train_role", "train_stage",
            "training_rows"]
 
@@ -183,12 +183,31 @@ def training_rows(data: dict, cfg: TrainConfig) -> list[dict]:
     return [rows[i] for i in order]
 
 
-def _messages(row: dict, prompt: PromptSpec) -> list[dict]:
+Prompts = PromptSpec | Mapping[str, PromptSpec]  # one role's, or role -> spec (one model for several roles)
+
+
+def _prompt_of(row: dict, prompt: Prompts) -> PromptSpec:
+    """The prompt spec of ``row``: ``prompt`` itself, or ``prompt[row["role"]]`` for a joint run."""
+    if isinstance(prompt, PromptSpec):
+        return prompt
+    try:
+        return prompt[row["role"]]
+    except KeyError:
+        raise ValueError(f"row {row.get('id', '?')!r} of role {row.get('role')!r} has no prompt among the joint "
+                         f"run's roles {sorted(prompt)}") from None
+
+
+def _prompt_ident(prompt: Prompts) -> dict:
+    return prompt.to_dict() if isinstance(prompt, PromptSpec) else {r: p.to_dict() for r, p in sorted(prompt.items())}
+
+
+def _messages(row: dict, prompt: Prompts) -> list[dict]:
+    prompt = _prompt_of(row, prompt)
     facts = row.get("memory") if prompt.role == "answer" else None
     return prompt.messages(row["input"], facts=facts or ([] if prompt.role == "answer" else None))
 
 
-def sft_examples(rows: Sequence[dict], prompt: PromptSpec) -> list[dict]:
+def sft_examples(rows: Sequence[dict], prompt: Prompts) -> list[dict]:
     """TRL conversational prompt-completion examples (the loss covers the completion only).
 
     >>> from mags_lib.roles import ROLE_SPECS
@@ -201,7 +220,7 @@ def sft_examples(rows: Sequence[dict], prompt: PromptSpec) -> list[dict]:
             for r in rows]
 
 
-def grpo_rows(rows: Sequence[dict], prompt: PromptSpec) -> list[dict]:
+def grpo_rows(rows: Sequence[dict], prompt: Prompts) -> list[dict]:
     """GRPO prompts with the columns the rewards read (``role``, ``response``, ``context``,
     ``gold_facts``, ``aliases``)."""
     out = [{"prompt": _messages(r, prompt), "role": r["role"], "response": r["response"],
@@ -434,13 +453,13 @@ def _bf16_ok(requested: bool) -> bool:
     return "avx512_bf16" in flags or "amx_bf16" in flags
 
 
-def _stage_ident(stage: str, cfg: TrainConfig, rows: Sequence[dict], *, base_dir: Path, prompt: PromptSpec,
+def _stage_ident(stage: str, cfg: TrainConfig, rows: Sequence[dict], *, base_dir: Path, prompt: Prompts,
                  data_hashes: dict, init_adapter: Path | None) -> dict:
     """What names a stage's content (its hash decides skip / resume / replace)."""
     stage_cfg = cfg.sft if stage == "sft" else cfg.grpo
     return {"stage": stage, "stage_config": dataclasses.asdict(stage_cfg), "lora": dataclasses.asdict(cfg.lora),
             "seed": cfg.seed, "role": cfg.role, "base": _base_model_id(base_dir), "data": data_hashes,
-            "prompt": prompt.to_dict(), "n_rows": len(rows), "rows": rows_hash(rows),
+            "prompt": _prompt_ident(prompt), "n_rows": len(rows), "rows": rows_hash(rows),
             "init": json.loads((init_adapter / "meta.json").read_text())["content_hash"] if init_adapter else None}
 
 
@@ -490,7 +509,7 @@ def reuse_warm_start(source: Path, folder: Path, digest: str, note: Callable[[st
 
 
 def train_stage(stage: str, cfg: TrainConfig, rows: Sequence[dict], folder: Path, *, base_dir: Path,
-                prompt: PromptSpec, data_hashes: dict, init_adapter: Path | None = None,
+                prompt: Prompts, data_hashes: dict, init_adapter: Path | None = None,
                 backend: str = "auto", progress: bool = True, note: Callable[[str], None] = print,
                 stop_after: int | None = None, callbacks: Sequence = ()) -> StageResult:
     """Train (or resume, or skip) one stage into ``folder``.
@@ -500,6 +519,9 @@ def train_stage(stage: str, cfg: TrainConfig, rows: Sequence[dict], folder: Path
     stage : {"sft", "grpo"}
     rows : list of dict
         Dataset rows of the role (see :mod:`mags_lib.data`).
+    prompt : PromptSpec or dict
+        The role's trained prompt, or ``{role: spec}`` when one model learns several roles
+        (:mod:`~mags_lib.training.joint`): each row is then prompted by its own ``role``'s spec.
     init_adapter : Path, optional
         GRPO: the warm-start adapter it continues (the KL reference is a frozen copy of it).
     stop_after : int, optional
@@ -680,7 +702,7 @@ def _reward_name(name: str) -> str:
 
 
 # ------------------------------------------------------------------------------------------------
-def _select_hard(rows: list[dict], cfg: TrainConfig, base_dir: Path, adapter: Path, prompt: PromptSpec,
+def _select_hard(rows: list[dict], cfg: TrainConfig, base_dir: Path, adapter: Path, prompt: Prompts,
                  n: int) -> list[dict]:
     """``n`` GRPO prompts, three quarters the ones the warm-start model fits worst (highest
     completion loss, teacher-forced: one forward pass each), the rest at random."""
@@ -714,12 +736,12 @@ def _select_hard(rows: list[dict], cfg: TrainConfig, base_dir: Path, adapter: Pa
     return [rows[i] for i in sorted(pick)]
 
 
-def _cached_selection(folder: Path, cand: list[dict], cfg: TrainConfig, base_dir: Path, prompt: PromptSpec,
-                      n: int, note: Callable[[str], None]) -> list[dict]:
-    """:func:`_select_hard`, cached in ``<run>/grpo_prompts.json`` by warm start and candidates."""
+def _cached_selection(folder: Path, cand: list[dict], cfg: TrainConfig, base_dir: Path, prompt: Prompts,
+                      n: int, note: Callable[[str], None], cache_name: str = "grpo_prompts.json") -> list[dict]:
+    """:func:`_select_hard`, cached in ``<run>/<cache_name>`` by warm start and candidates."""
     sft_hash = json.loads((folder / "sft" / "meta.json").read_text())["content_hash"]
     key = config_hash({"sft": sft_hash, "cand": rows_hash(cand), "n": n})
-    cache = folder / "grpo_prompts.json"
+    cache = folder / cache_name
     try:
         saved = json.loads(cache.read_text())
         if saved.get("key") == key:
@@ -753,6 +775,25 @@ def grpo_pool(config: TrainConfig, data: dict, *, progress: bool = False) -> lis
     if data.get("seed") is not None and config.role != "answer":
         pool += data["seed"]["train"].to_list()
     return pool
+
+
+def grpo_candidates(config: TrainConfig, data: dict, base_dir: Path, *, note: Callable[[str], None] = print,
+                    progress: bool = False) -> list[dict]:
+    """GRPO's candidate prompts: ``n_prompts`` rows of :func:`grpo_pool` whose gold answer fits
+    ``max_completion_length`` tokens, drawn with the run's seed."""
+    import numpy as np
+    from transformers import AutoTokenizer
+
+    g = config.grpo
+    pool = grpo_pool(config, data, progress=progress)
+    tok = AutoTokenizer.from_pretrained(str(base_dir))
+    fits = [r for r in pool if len(tok(r["response"], add_special_tokens=False)["input_ids"])
+            < g.max_completion_length]
+    if len(fits) < len(pool):
+        note(f"{config.role}/grpo: {len(pool) - len(fits)} of {len(pool)} training rows have a gold answer longer "
+             f"than max_completion_length={g.max_completion_length} tokens and are not GRPO prompts")
+    rng = np.random.default_rng([config.seed, 2])
+    return _take(fits, min(len(fits), g.n_prompts), rng)
 
 
 def train_role(role: str, *, run_tag: str, config: TrainConfig, data: dict | None = None,
@@ -796,20 +837,8 @@ def train_role(role: str, *, run_tag: str, config: TrainConfig, data: dict | Non
         note(f"{role}: the warm start stopped at step {results['sft'].steps} of {config.sft.max_steps}; GRPO not "
              "started (run again to resume)")
     elif config.grpo is not None:
-        import numpy as np
-
         g = config.grpo
-        pool = grpo_pool(config, data, progress=progress)
-        from transformers import AutoTokenizer
-
-        tok = AutoTokenizer.from_pretrained(str(base_dir))
-        fits = [r for r in pool if len(tok(r["response"], add_special_tokens=False)["input_ids"])
-                < g.max_completion_length]
-        if len(fits) < len(pool):
-            note(f"{role}/grpo: {len(pool) - len(fits)} of {len(pool)} training rows have a gold answer longer than "
-                 f"max_completion_length={g.max_completion_length} tokens and are not GRPO prompts")
-        rng = np.random.default_rng([config.seed, 2])
-        cand = _take(fits, min(len(fits), g.n_prompts), rng)
+        cand = grpo_candidates(config, data, base_dir, note=note, progress=progress)
         need = g.max_steps * g.prompts_per_step
         grpo_data = cand
         if g.select_hard:
