@@ -73,7 +73,8 @@ def _roles(configs: Mapping[str, TrainConfig]) -> list[str]:
     roles = [r for r in ROLE_NAMES if r in configs]
     stray = sorted(set(configs) - set(roles))
     if stray or len(roles) < 2:
-        raise ValueError(f"a joint model needs the configs of at least two roles of {ROLE_NAMES}, got {sorted(configs)}")
+        raise ValueError(f"a joint model needs the configs of at least two roles of {ROLE_NAMES}, "
+                         f"got {sorted(configs)}")
     for r in roles:
         if configs[r].role != r:
             raise ValueError(f"configs[{r!r}] is for role {configs[r].role!r}")

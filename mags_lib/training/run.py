@@ -33,9 +33,9 @@ from ..roles import ROLE_SPECS, PromptSpec
 from .config import PRIMARY_REWARD, TrainConfig, config_hash
 from .layout import FORMAT, STAGES, read_run_meta, run_dir
 
-__all__ = ["StageResult", "TrainingBackendError", "grpo_candidates", "grpo_pool", "grpo_rows", "last_complete_checkpoint", "load_role_data",
-           "pick_backend", "record_metrics", "reuse_warm_start", "rows_hash", "sft_examples", "train_role", "train_stage",
-           "training_rows"]
+__all__ = ["StageResult", "TrainingBackendError", "grpo_candidates", "grpo_pool", "grpo_rows",
+           "last_complete_checkpoint", "load_role_data", "pick_backend", "record_metrics", "reuse_warm_start", "rows_hash", "sft_examples",
+           "train_role", "train_stage", "training_rows"]
 
 STAGE_FORMAT = "mags-trained-stage"
 
