@@ -22,7 +22,6 @@ from mags_lib.training import GRPOConfig, LoraSpec, SFTConfig, TrainConfig, prof
 from mags_lib.training.config import with_objective
 from mags_lib.training.run import grpo_pool, grpo_rows, reuse_warm_start, train_stage
 
-from test_training import tiny_base  # noqa: F401  (module fixture: a 2-layer Llama with SmolLM2's tokenizer)
 
 
 def _oracle(question, items):
