@@ -23,7 +23,6 @@ from mags_lib.training.config import with_objective
 from mags_lib.training.run import grpo_pool, grpo_rows, reuse_warm_start, train_stage
 
 
-
 def _oracle(question, items):
     """Answers with every recalled item: correct exactly when the needed object was stored."""
     return " ; ".join(items)
@@ -50,7 +49,7 @@ def test_grpo_rows_carry_the_scenario_of_outcome_rows_and_refuse_a_mix(outcome_r
         grpo_rows([outcome_rows[0], plain], prompt)
 
 
-def test_outcome_grpo_scores_the_scenarios_and_logs_the_reward(tiny_base, outcome_rows, tmp_path):  # noqa: F811
+def test_outcome_grpo_scores_the_scenarios_and_logs_the_reward(tiny_base, outcome_rows, tmp_path):
     """About 20 s: a 2-step warm start, then 2 GRPO steps whose outcome reward reads the scenarios."""
     prompt = ROLE_SPECS["write"].trained
     cfg = _cfg()
@@ -95,7 +94,7 @@ def test_the_grpo_pool_follows_the_objective():
     assert all(r["world_id"].startswith("tr") for r in pool)  # training worlds only
 
 
-def test_a_variant_reuses_a_warm_start_of_the_same_content_only(tiny_base, outcome_rows, tmp_path):  # noqa: F811
+def test_a_variant_reuses_a_warm_start_of_the_same_content_only(tiny_base, outcome_rows, tmp_path):
     prompt = ROLE_SPECS["write"].trained
     sft = train_stage("sft", _cfg(), outcome_rows[:4], tmp_path / "a" / "sft", base_dir=tiny_base, prompt=prompt,
                       data_hashes={"t": "1"}, progress=False)
