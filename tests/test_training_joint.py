@@ -10,7 +10,7 @@ import pytest
 from mags_lib.rewards import by_role_reward
 from mags_lib.roles import ROLE_SPECS, prompt_for_model
 from mags_lib.training import GRPOConfig, LoraSpec, SFTConfig, TrainConfig, find_trained_model, profile_config
-from mags_lib.training.joint import joint_config, scaled_config, train_joint
+from mags_lib.training.joint import _write_view, joint_config, scaled_config, train_joint
 
 
 def _cfg(role: str, rewards: dict, steps: int = 2) -> TrainConfig:
@@ -85,11 +85,16 @@ def test_one_tiny_model_learns_two_roles_and_serves_as_a_run_of_each(tiny_base, 
     # done once: a second call trains nothing
     again = train_joint("j", configs, data=data, models_root=tmp_path, progress=False, note=notes.append)
     assert again["stages"]["sft"]["skipped"] and again["stages"]["grpo"]["skipped"]
+    # a later joint run of the tag that ends at its warm start leaves no GRPO adapter of the earlier one in the view
+    _write_view("ask", "j", joint, ["sft"], {**meta, "final_stage": "sft"}, tmp_path)
+    assert not (tmp_path / "ask" / "j" / "grpo").exists()
+    assert find_trained_model("ask", run_tag="j", backend="transformers", models_root=tmp_path) == \
+        tmp_path / "ask" / "j" / "sft"
     # a specialised run's tag is refused before anything trains
     spec = tmp_path / "ask" / "s"
     spec.mkdir(parents=True)
     (spec / "meta.json").write_text(json.dumps({"format": "mags-trained-model", "final_stage": "sft", "role": "ask"}))
-    with pytest.raises(ValueError, match="specialised run"):
+    with pytest.raises(ValueError, match="holds a specialised ask run"):
         train_joint("s", configs, data=data, models_root=tmp_path, progress=False, note=notes.append)
     assert not (tmp_path / "joint" / "s").exists()
 

@@ -128,14 +128,25 @@ def joint_config(configs: Mapping[str, TrainConfig]) -> TrainConfig:
                                n_eval=max(configs[r].n_eval for r in roles))
 
 
-def _write_view(role: str, run_tag: str, joint_folder: Path, stages: Sequence[str], meta: dict,
-                models_root: str | Path | None) -> Path:
-    """``models/<role>/<run_tag>/``: the joint model's stage adapters as a run of ``role``."""
+def _refuse_specialised(role: str, run_tag: str, models_root: str | Path | None) -> dict | None:
+    """The meta of ``models/<role>/<run_tag>/`` (None: no run there); a ``ValueError`` if it is a specialised run,
+    which a joint model's view must never overwrite."""
     view = run_dir(role, run_tag, models_root)
     old = read_run_meta(view)
     if old is not None and not old.get("joint"):
         raise ValueError(f"{view} holds a specialised {role} run: give the joint model another run tag")
+    return old
+
+
+def _write_view(role: str, run_tag: str, joint_folder: Path, stages: Sequence[str], meta: dict,
+                models_root: str | Path | None) -> Path:
+    """``models/<role>/<run_tag>/``: the joint model's stage adapters as a run of ``role``."""
+    view = run_dir(role, run_tag, models_root)
+    old = _refuse_specialised(role, run_tag, models_root)
     view.mkdir(parents=True, exist_ok=True)
+    for stage in ("sft", "grpo"):  # a later stage of an earlier joint run of this tag is not this run's
+        if stage not in stages:
+            shutil.rmtree(view / stage, ignore_errors=True)
     for stage in stages:
         tmp = view / f".{stage}.view-tmp"
         shutil.rmtree(tmp, ignore_errors=True)
@@ -169,9 +180,7 @@ def train_joint(run_tag: str, configs: Mapping[str, TrainConfig], *, models_root
 
     roles = _roles(configs)
     for r in roles:  # refuse before hours of training, not after
-        old = read_run_meta(run_dir(r, run_tag, models_root))
-        if old is not None and not old.get("joint"):
-            raise ValueError(f"models/{r}/{run_tag} holds a specialised run: give the joint model another run tag")
+        _refuse_specialised(r, run_tag, models_root)
     cfg = joint_config(configs)
     t0 = time.perf_counter()
     base_dir = base_model_dir(models_root)
