@@ -1483,6 +1483,7 @@ GAME_NAMES: dict[str, str] = {
     "rag": "rag",  # static RAG: the recall_k raw observations most similar to the question, never updated
     "mags_base": "graph_base",  # MAGS: the Liquid Knowledge Graph on the embedded base models
     "mags_trained": "graph_trained",  # MAGS with the trained ask / write / answer models (skipped when absent)
+    "rag_trained": "rag_trained",  # static RAG read by the trained answer model: mags_trained's reader, no graph
 }
 """This module's system names -> the game's (:data:`mags_lib.game.run.SYSTEMS`): the memory modes of
 issue 12, the same configurations, read from the game's table so the two never drift apart."""
@@ -1503,7 +1504,8 @@ the ``MAGSConfig`` keywords of one memory mode, as the game names them (see :dat
 ``mags_trained`` (``{"models": "trained"}``). Every mode is a configuration of the one ``MAGS`` class.
 The reader, as in the game: ``none``, ``full_context``, ``rag`` and ``mags_base`` share one reader (the
 embedded base model) and one answer prompt; ``mags_trained`` reads with the trained answer model and the
-prompt it was trained with (``models="trained"`` covers the ask, write and answer roles)."""
+prompt it was trained with (``models="trained"`` covers the ask, write and answer roles), and so does
+``rag_trained`` (static RAG, trained reader): the two differ by the memory alone."""
 
 
 def system_config(name: str, **overrides: Any):

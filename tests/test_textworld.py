@@ -246,7 +246,7 @@ def test_perfect_memory_answers_from_what_was_witnessed():
 # every memory mode of the game issue on the hand-made game, with fake models: what is under test is
 # what each mode lets the reader see (and which models it runs), not what a model makes of it
 MAGS_MODES = {"none": "none", "full_context": "full_context", "rag": "rag", "mags_base": "graph",
-              "mags_trained": "graph"}
+              "mags_trained": "graph", "rag_trained": "rag"}
 OBSERVED = ("There is a key on the floor", "You pick up the key", "The chest contains an apple",
             "You put the key into the chest", "You see a drawer and a table", "You are carrying nothing")
 WRITES = {"There is a key on the floor": protocol.writes_to_text([("key", "is in", "kitchen")]),
