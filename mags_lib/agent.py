@@ -1068,9 +1068,12 @@ class MAGS:
         snapshot was taken with.
         """
         if adapter is not None:
+            from .consolidation import check_adapter_fits
+
             adapter = Path(adapter)
             if not (adapter / "adapter_config.json").is_file():
                 raise FileNotFoundError(f"{adapter} is not a PEFT adapter folder (no adapter_config.json)")
+            check_adapter_fits(adapter, self)
         self.consolidated = adapter
 
     def turn(self, text: str, source: str | None = None, time: str | None = None,

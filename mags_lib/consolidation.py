@@ -16,7 +16,10 @@ One consolidation step on a :class:`~mags_lib.agent.MAGS` memory:
    :func:`mags_lib.training.prefix.train_lora`, which runs each batch's shared prompt prefix once (the
    same loss and gradient as a per-row trainer, a fraction of the compute: the rows are short questions
    behind one long prefix), or with the training package's SFT stage (``trainer="trl"``:
-   :func:`mags_lib.training.train_stage`, TRL ``SFTTrainer``);
+   :func:`mags_lib.training.train_stage`, TRL ``SFTTrainer``). On a trained answer model (``models="trained"``)
+   the trained adapter is merged into the base weights first and the new LoRA learns on top of that model
+   (:func:`answer_adapter`; shared-prefix trainer); the adapter records which model it was trained on, and
+   serving it on another answer model is refused (:func:`check_adapter_fits`);
 4. **serve** it: the agent's answer model runs with the adapter (:meth:`MAGS.set_consolidated`), and
    ``MAGS.ask(question, recall=False)`` answers closed-book;
 5. **demote**, **prune** or **keep** the consolidated facts in the graph (logged graph operations
@@ -49,8 +52,8 @@ from typing import Any
 
 from . import protocol as P
 
-__all__ = ["AFTER", "ConsolidationConfig", "ConsolidationResult", "Consolidator", "closed_book_accuracy",
-           "consolidate", "eval_questions", "fact_questions", "render_examples", "runtime_adapter",
+__all__ = ["AFTER", "ConsolidationConfig", "ConsolidationResult", "Consolidator", "answer_adapter",
+           "check_adapter_fits", "closed_book_accuracy", "consolidate", "eval_questions", "fact_questions", "render_examples", "runtime_adapter",
            "select_facts", "train_config"]
 
 AFTER = ("demote", "prune", "keep")
@@ -367,6 +370,68 @@ def render_examples(facts: Sequence[dict], config: ConsolidationConfig | None = 
 
 # ------------------------------------------------------------------------------------------------
 # adapters at run time
+def answer_adapter(m: Any) -> Path | None:
+    """The trained PEFT adapter inside agent ``m``'s answer model (None: the embedded base model).
+
+    A consolidation LoRA learns on the model the agent serves: the base model, or the base with this adapter
+    merged. The answer model must be served merged: a PEFT folder (the transformers backend merges it at load)
+    or a merged GGUF export (``model-<quant>.gguf`` beside its ``manifest.json``, whose source adapter must
+    still be there, unchanged). A GGUF LoRA file served over the base, or a model without a known source
+    adapter, raises ``ValueError`` saying what to serve instead.
+    """
+    spec = m.model_paths.get("answer")
+    if spec is None:
+        return None
+    path = Path(spec)
+    if path.is_dir() and (path / "adapter_config.json").is_file():
+        return path
+    fix = ("serve the trained answer model merged (backend='transformers' with its PEFT folder, or the merged "
+           "GGUF export's model-q8_0.gguf), or answer_model=None for the base model")
+    manifest = path.parent / "manifest.json"
+    if path.suffix != ".gguf" or not manifest.is_file():
+        raise ValueError(f"consolidation needs the adapter the answer model {spec} was trained as, and cannot "
+                         f"tell it (not a PEFT folder, not a GGUF export with a manifest.json): {fix}")
+    man = json.loads(manifest.read_text())
+    entry = next((e for e in (man.get("files") or {}).values() if e.get("file") == path.name), None)
+    if entry is None or entry.get("kind") != "merged":
+        raise ValueError(f"the answer model {spec} is {'not in its manifest' if entry is None else 'a LoRA file'}"
+                         f": a consolidation LoRA stacks only on a merged model; {fix}")
+    from .export.layout import _adapter_sha256
+
+    src = Path((man.get("source_adapter") or {}).get("path", ""))
+    if not (src / "adapter_config.json").is_file():
+        raise FileNotFoundError(f"the answer model {spec} was exported from {src}, which holds no PEFT adapter "
+                                "now: consolidation trains on the unquantised weights; restore that folder")
+    if _adapter_sha256(src) != man["source_adapter"].get("sha256"):
+        raise ValueError(f"{src} changed since {spec} was exported from it: export again "
+                         "(python -m mags_lib.export) before consolidating")
+    return src
+
+
+def _adapter_identity(adapter: Path | None) -> dict | None:
+    from .export.layout import _adapter_sha256
+
+    return None if adapter is None else {"path": str(adapter), "sha256": _adapter_sha256(adapter)}
+
+
+def check_adapter_fits(adapter_dir: str | Path, m: Any) -> None:
+    """Raise ``ValueError`` when the consolidation adapter in ``adapter_dir`` was trained on another answer model
+    than the one agent ``m`` serves (a LoRA learned on the base model means nothing on a trained model, and the
+    reverse). Adapters written before this record existed were all trained on the base model."""
+    record = Path(adapter_dir) / "consolidation.json"
+    if not record.is_file():
+        return
+    was = json.loads(record.read_text()).get("answer_adapter")
+    now = answer_adapter(m)
+    same = (was is None and now is None) or (was is not None and now is not None
+                                             and was.get("sha256") == _adapter_identity(now)["sha256"])
+    if not same:
+        trained_on = "the base answer model" if was is None else f"the trained answer adapter {was.get('path')}"
+        serves = "the base answer model" if now is None else f"the trained answer adapter {now}"
+        raise ValueError(f"the consolidation adapter {adapter_dir} was trained on {trained_on}, but this agent "
+                         f"serves {serves}: serve the model it was trained on, or consolidate again")
+
+
 def runtime_adapter(adapter_dir: str | Path, backend: str) -> Path:
     """What ``backend`` loads for a consolidation adapter: the PEFT folder (transformers) or its GGUF
     LoRA (llama.cpp; exported once into ``<adapter_dir>/gguf/`` by :mod:`mags_lib.export`)."""
@@ -404,9 +469,11 @@ def train_config(cfg: ConsolidationConfig, *, max_steps: int | None = None, batc
 
 
 def _train_shared_prefix(tcfg: Any, rows: Sequence[dict], folder: Path, *, base_dir: Path, prompt: Any,
-                         layers: Sequence[int] = (), progress: bool, note: Callable[[str], None]) -> dict:
+                         layers: Sequence[int] = (), merge: Path | None = None, progress: bool,
+                         note: Callable[[str], None]) -> dict:
     """Train the consolidation LoRA with :func:`mags_lib.training.prefix.train_lora` into ``folder`` (the PEFT
-    adapter, ``log.csv`` and a stage ``meta.json``, written last)."""
+    adapter, ``log.csv`` and a stage ``meta.json``, written last); ``merge``: the trained answer adapter merged
+    into the base first."""
     import torch
 
     from .training.prefix import train_lora
@@ -414,7 +481,7 @@ def _train_shared_prefix(tcfg: Any, rows: Sequence[dict], folder: Path, *, base_
 
     if tcfg.threads:
         torch.set_num_threads(tcfg.threads)
-    model, tok = _load_model(base_dir, tcfg, "torch", layers=layers)
+    model, tok = _load_model(base_dir, tcfg, "torch", layers=layers, merge=merge)
     folder.mkdir(parents=True, exist_ok=True)
     bf16 = _bf16_ok(tcfg.sft.bf16)
     metrics = train_lora(model, tok, sft_examples(rows, prompt), steps=tcfg.sft.max_steps,
@@ -427,6 +494,7 @@ def _train_shared_prefix(tcfg: Any, rows: Sequence[dict], folder: Path, *, base_
     meta = {"format": STAGE_FORMAT, "role": "answer", "stage": "consolidation", "trainer": "shared-prefix",
             "lora": dataclasses.asdict(tcfg.lora), "layers": list(layers), "sft": dataclasses.asdict(tcfg.sft), "seed": tcfg.seed,
             "prompt": prompt.to_dict(), "n_rows": len(rows) - metrics["n_dropped"], "rows": rows_hash(rows), "bf16": bf16,
+            "merged_under": None if merge is None else str(merge),
             "train_metrics": metrics, "written_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
     _finish_adapter(model, folder, meta)
     return metrics
@@ -476,7 +544,8 @@ def consolidate(m: Any, config: ConsolidationConfig | None = None, *, root: str 
     Parameters
     ----------
     m : MAGS
-        Its answer model must be the embedded base model (the adapter is trained on it).
+        Its answer model: the embedded base model, or a trained one served merged (:func:`answer_adapter`;
+        the new LoRA is trained on top of it, with the shared-prefix trainer).
     config : ConsolidationConfig, optional
     root : str or Path
         Folder of the adapter versions (``<root>/v<k>/``).
@@ -497,10 +566,10 @@ def consolidate(m: Any, config: ConsolidationConfig | None = None, *, root: str 
 
     cfg = config or ConsolidationConfig()
     t0 = time.perf_counter()
-    if m.model_paths.get("answer") is not None:
-        raise ValueError(f"consolidation trains a LoRA on the embedded base answer model; this agent's answer "
-                         f"model is {m.model_paths['answer']}: use answer_model=None (stacking a consolidation "
-                         "adapter on a trained answer adapter is not supported)")
+    under = answer_adapter(m)
+    if under is not None and cfg.trainer != "prefix":
+        raise ValueError(f"consolidating on a trained answer model ({under}) needs trainer='prefix' (the TRL "
+                         f"trainer learns on the base model only), got trainer={cfg.trainer!r}")
     root = Path(root)
     facts = select_facts(m.graph, cfg)
     before = m.snapshot()
@@ -519,7 +588,7 @@ def consolidate(m: Any, config: ConsolidationConfig | None = None, *, root: str 
     t_train = time.perf_counter()
     if cfg.trainer == "prefix":
         metrics = _train_shared_prefix(tcfg, rows, folder, base_dir=base_model_dir(m.config.models_root),
-                                       prompt=prompt, layers=cfg.layers, progress=progress, note=note)
+                                       prompt=prompt, layers=cfg.layers, merge=under, progress=progress, note=note)
     else:
         metrics = train_stage("sft", tcfg, rows, folder, base_dir=base_model_dir(m.config.models_root), prompt=prompt,
                               data_hashes={"consolidation": rows_hash(rows)}, progress=progress, note=note).metrics
@@ -546,6 +615,7 @@ def consolidate(m: Any, config: ConsolidationConfig | None = None, *, root: str 
     from . import repro
 
     record = {"format": FORMAT, "version": version, "config": cfg.to_dict(), "prompt": prompt.to_dict(),
+              "answer_adapter": _adapter_identity(under),
               "facts": [{k: f[k] for k in ("id", "subject", "relation", "object", "strength", "uses", "sources")}
                         for f in facts], "eval": data["eval"], "negatives_eval": data["negatives_eval"],
               "train_metrics": metrics, **result.summary(), "git_sha": repro.git_sha(),

@@ -201,14 +201,95 @@ def test_rollback_restores_the_adapter_of_the_snapshot(tmp_path):
     assert MAGS.load(saved).consolidated == a2.resolve()
 
 
-def test_consolidate_refuses_a_trained_answer_model_and_skips_when_nothing_qualifies(tmp_path):
+def test_consolidate_skips_when_nothing_qualifies(tmp_path):
     m = MAGS(MAGSConfig(embedder="hash"), graph=_graph())
     res = consolidate(m, ConsolidationConfig(min_strength=1.0, min_uses=50), root=tmp_path)
     assert res.skipped and "min_uses=50" in res.skipped and res.adapter is None and m.consolidated is None
     assert not list(tmp_path.iterdir())
-    m.model_paths["answer"] = str(tmp_path)
-    with pytest.raises(ValueError, match="embedded base answer model"):
-        consolidate(m, ConsolidationConfig(), root=tmp_path)
+
+
+def _trained_adapter(path, weight: bytes = b"w"):
+    path.mkdir(parents=True)
+    (path / "adapter_config.json").write_text('{"r": 4}')
+    (path / "adapter_model.safetensors").write_bytes(weight)
+    return path
+
+
+def _gguf_export(folder, source, kind="merged", sha=None):
+    from mags_lib.export.layout import _adapter_sha256
+
+    folder.mkdir(parents=True)
+    (folder / "model-q8_0.gguf").write_bytes(b"gguf")
+    (folder / "lora-f32.gguf").write_bytes(b"gguf")
+    (folder / "manifest.json").write_text(json.dumps({
+        "source_adapter": {"path": str(source), "sha256": sha or _adapter_sha256(source)},
+        "files": {"q8_0": {"file": "model-q8_0.gguf", "kind": kind}, "lora": {"file": "lora-f32.gguf", "kind": "lora"}}}))
+    return folder
+
+
+def test_the_trained_answer_adapter_under_a_consolidation_is_found_or_refused_clearly(tmp_path):
+    from mags_lib.consolidation import answer_adapter
+
+    m = MAGS(MAGSConfig(embedder="hash"), graph=_graph())
+    assert answer_adapter(m) is None  # the embedded base model
+    peft = _trained_adapter(tmp_path / "answer" / "grpo")
+    m.model_paths["answer"] = str(peft)  # transformers: the PEFT folder, merged at load
+    assert answer_adapter(m) == peft
+    gguf = _gguf_export(tmp_path / "answer" / "gguf", peft)
+    m.model_paths["answer"] = str(gguf / "model-q8_0.gguf")  # llama.cpp: the merged export
+    assert answer_adapter(m) == peft
+    m.model_paths["answer"] = str(gguf / "lora-f32.gguf")
+    with pytest.raises(ValueError, match="a LoRA file"):
+        answer_adapter(m)
+    m.model_paths["answer"] = str(tmp_path / "elsewhere.gguf")
+    with pytest.raises(ValueError, match="cannot tell"):
+        answer_adapter(m)
+    stale = _gguf_export(tmp_path / "stale", peft, sha="0" * 64)
+    m.model_paths["answer"] = str(stale / "model-q8_0.gguf")
+    with pytest.raises(ValueError, match="changed since"):
+        answer_adapter(m)
+    gone = _gguf_export(tmp_path / "gone", _trained_adapter(tmp_path / "moved"))
+    (tmp_path / "moved" / "adapter_config.json").unlink()
+    m.model_paths["answer"] = str(gone / "model-q8_0.gguf")
+    with pytest.raises(FileNotFoundError, match="holds no PEFT adapter"):
+        answer_adapter(m)
+    m.model_paths["answer"] = str(peft)
+    with pytest.raises(ValueError, match="trainer='prefix'"):
+        consolidate(m, ConsolidationConfig(min_strength=0.0, min_uses=0, trainer="trl"), root=tmp_path / "c")
+
+
+def test_consolidation_trains_on_the_served_answer_model_and_is_served_only_on_it(tmp_path, monkeypatch):
+    import mags_lib.consolidation as C
+
+    peft = _trained_adapter(tmp_path / "answer" / "grpo")
+    seen = {}
+
+    def fake_train(tcfg, rows, folder, **kw):  # what the trainer is asked to learn on, not the training itself
+        seen.update(kw)
+        _fake_adapter(folder)
+        return {}
+
+    monkeypatch.setattr(C, "_train_shared_prefix", fake_train)
+    m = MAGS(MAGSConfig(embedder="hash"), graph=_graph())
+    m.model_paths["answer"] = str(peft)
+    res = consolidate(m, ConsolidationConfig(min_strength=0.0, min_uses=0), root=tmp_path / "cons", note=lambda s: None)
+    assert seen["merge"] == peft and m.consolidated == res.adapter
+    record = json.loads((res.adapter / "consolidation.json").read_text())
+    assert record["answer_adapter"]["path"] == str(peft)
+    base = MAGS(MAGSConfig(embedder="hash"))  # the base answer model: the adapter was not trained on it
+    with pytest.raises(ValueError, match="was trained on the trained answer adapter"):
+        base.set_consolidated(res.adapter)
+    other = MAGS(MAGSConfig(embedder="hash"))
+    other.model_paths["answer"] = str(_trained_adapter(tmp_path / "other", b"other weights"))
+    with pytest.raises(ValueError, match="serve the model it was trained on"):
+        other.set_consolidated(res.adapter)
+    m.set_consolidated(res.adapter)  # the same model: served
+    on_base = MAGS(MAGSConfig(embedder="hash"), graph=_graph())
+    res_base = consolidate(on_base, ConsolidationConfig(min_strength=0.0, min_uses=0), root=tmp_path / "b",
+                           note=lambda s: None)
+    assert seen["merge"] is None
+    with pytest.raises(ValueError, match="trained on the base answer model"):
+        m.set_consolidated(res_base.adapter)
 
 
 def test_consolidator_schedule(tmp_path, monkeypatch):
@@ -272,3 +353,35 @@ def test_train_config_mirrors_the_consolidation_config_and_takes_overrides():
     o = train_config(cfg, max_steps=5, batch_size=7, threads=2)
     assert (o.sft.max_steps, o.sft.batch_size, o.sft.save_steps, o.threads) == (5, 7, 5, 2)
     assert o.lora == t.lora and o.sft.learning_rate == t.sft.learning_rate
+
+
+def test_a_new_lora_on_a_merged_trained_adapter_starts_from_that_model(tiny_base, tmp_path):
+    """The consolidation LoRA learns on the served answer model: base + trained adapter merged, then a fresh
+    LoRA (identity at start) on top, the trained weights frozen."""
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    from mags_lib.consolidation import train_config
+    from mags_lib.training.run import _load_model
+
+    ids = torch.tensor([[1, 5, 9, 14, 3, 27]])
+    base = AutoModelForCausalLM.from_pretrained(str(tiny_base), dtype=torch.float32)
+    with torch.no_grad():
+        plain = base(input_ids=ids).logits
+    trained = get_peft_model(base, LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj", "up_proj"],
+                                              init_lora_weights=False, task_type="CAUSAL_LM"))
+    trained.save_pretrained(str(tmp_path / "trained"))
+    with torch.no_grad():
+        want = trained(input_ids=ids).logits
+    assert not torch.allclose(want, plain, atol=1e-4)  # the trained adapter changes the model
+    tcfg = train_config(ConsolidationConfig())
+    model, _ = _load_model(tiny_base, tcfg, "torch", merge=tmp_path / "trained")
+    with torch.no_grad():
+        got = model(input_ids=ids).logits
+    assert torch.allclose(got, want, atol=1e-4)
+    trainable = {n for n, p in model.named_parameters() if p.requires_grad}
+    assert trainable and all("lora_" in n for n in trainable)
+    assert not any(any(t in n for t in ("q_proj", "v_proj")) for n in trainable)  # the MLP-only new LoRA
+    with pytest.raises(ValueError, match="torch backend"):
+        _load_model(tiny_base, tcfg, "unsloth", merge=tmp_path / "trained")

@@ -75,12 +75,15 @@ def pick_backend(prefer: str = "auto") -> str:
 
 
 def _load_model(base_dir: Path, cfg: TrainConfig, backend: str, *, adapter: Path | None = None,
-                layers: Sequence[int] = ()):
+                layers: Sequence[int] = (), merge: Path | None = None):
     """The base model with a trainable LoRA (new, or ``adapter`` loaded to continue training); ``layers``: a
-    new LoRA on those decoder layers only (torch backend; empty: every layer)."""
+    new LoRA on those decoder layers only (torch backend; empty: every layer); ``merge``: a trained adapter
+    merged into the base weights first, so the new LoRA learns on top of that model (torch backend)."""
     import torch
 
     lora = cfg.lora
+    if merge is not None and (backend != "torch" or adapter is not None):
+        raise ValueError("merge (a trained adapter under the new LoRA) needs the torch backend and a new LoRA")
     if backend == "unsloth":  # pragma: no cover - needs CUDA; not run on the CPU machines of this project
         # Unsloth patches transformers and TRL when imported: train_stage imports it before TRL.
         from unsloth import FastLanguageModel
@@ -104,6 +107,8 @@ def _load_model(base_dir: Path, cfg: TrainConfig, backend: str, *, adapter: Path
     n_layers = model.config.num_hidden_layers
     if layers and max(layers) >= n_layers:
         raise ValueError(f"layers {list(layers)}: the model has {n_layers} decoder layers (0..{n_layers - 1})")
+    if merge is not None:
+        model = PeftModel.from_pretrained(model, str(merge)).merge_and_unload()
     if adapter is not None:
         model = PeftModel.from_pretrained(model, str(adapter), is_trainable=True)
     else:
