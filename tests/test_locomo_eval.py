@@ -367,3 +367,27 @@ def test_recall_variants_latency_and_summary(tiny):
     from mags_lib.bench.retrieval import tokenize
     assert tokenize("What did you adopt?", stopwords="en_plus") == ["adopt"]
     assert tokenize("What did you adopt?") == ["what", "did", "you", "adopt"]
+
+
+def test_the_command_line_takes_the_models_and_the_reader_memories(tmp_path, monkeypatch):
+    seen = []
+
+    class Stop(Exception):
+        pass
+
+    def fake_run(data, cfg, **kw):
+        seen.append(cfg)
+        raise Stop
+
+    monkeypatch.setattr(L, "load_locomo", lambda path=None: "data")
+    monkeypatch.setattr(E, "run_benchmark", fake_run)
+    with pytest.raises(Stop):
+        E.main(["--profile", "smoke", "--out", str(tmp_path), "--models", "trained", "--qa-systems", "none,graph"])
+    assert seen[-1].mags_kwargs == {"models": "trained"} and seen[-1].qa_systems == ("none", "graph")
+    with pytest.raises(Stop):
+        E.main(["--profile", "smoke", "--out", str(tmp_path)])
+    assert seen[-1].mags_kwargs == {} and seen[-1].qa_systems == ("none", "rag", "full_context", "graph")
+    with pytest.raises(ValueError, match="qa_systems takes"):
+        E.main(["--profile", "smoke", "--out", str(tmp_path), "--qa-systems", "graph,oracle"])
+    with pytest.raises(SystemExit):
+        E.main(["--profile", "smoke", "--models", "large"])

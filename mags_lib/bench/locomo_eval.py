@@ -895,6 +895,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                         "summary, which also averages the others: the held-out figure)")
     p.add_argument("--no-dynamics", action="store_true",
                    help="MAGS memories without maintenance (nothing decays or is pruned): recall over every turn")
+    p.add_argument("--models", choices=("base", "trained"), default="base",
+                   help="the MAGS models: embedded base, or trained (models/<role>/default/, notebook 20)")
+    p.add_argument("--qa-systems", default="",
+                   help="comma-separated reader memories to compare (default: none,rag,full_context,graph)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=int, default=0)
     a = p.parse_args(argv)
@@ -912,8 +916,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         over["recall_variants"] = tuple(a.recall_variants.split(","))
     if a.bm25_extra_stopwords:
         over["bm25_extra_stopwords"] = tuple(a.bm25_extra_stopwords.split(","))
+    if a.qa_systems:
+        over["qa_systems"] = tuple(x for x in a.qa_systems.split(",") if x)
     if a.no_qa:
         over["qa_systems"] = ()
+    if a.models != "base":
+        over["mags_kwargs"] = {"models": a.models}
     if a.no_dynamics:
         over["dynamics"] = False
     cfg = LoCoMoBenchConfig.for_profile(a.profile, **over)
