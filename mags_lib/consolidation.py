@@ -53,8 +53,8 @@ from typing import Any
 from . import protocol as P
 
 __all__ = ["AFTER", "ConsolidationConfig", "ConsolidationResult", "Consolidator", "answer_adapter",
-           "check_adapter_fits", "closed_book_accuracy", "consolidate", "eval_questions", "fact_questions", "render_examples", "runtime_adapter",
-           "select_facts", "train_config"]
+           "check_adapter_fits", "closed_book_accuracy", "consolidate", "eval_questions", "fact_questions",
+           "render_examples", "runtime_adapter", "select_facts", "train_config"]
 
 AFTER = ("demote", "prune", "keep")
 TRAINERS = ("prefix", "trl")
