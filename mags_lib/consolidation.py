@@ -379,12 +379,20 @@ def answer_adapter(m: Any) -> Path | None:
     still be there, unchanged). A GGUF LoRA file served over the base, or a model without a known source
     adapter, raises ``ValueError`` saying what to serve instead.
     """
+    ident = _answer_adapter_identity(m)
+    return None if ident is None else Path(ident["path"])
+
+
+def _answer_adapter_identity(m: Any) -> dict | None:
+    """:func:`answer_adapter` as ``{"path", "sha256"}`` (the adapter hashed once), or None for the base model."""
+    from .export.layout import _adapter_sha256
+
     spec = m.model_paths.get("answer")
     if spec is None:
         return None
     path = Path(spec)
     if path.is_dir() and (path / "adapter_config.json").is_file():
-        return path
+        return {"path": str(path), "sha256": _adapter_sha256(path)}
     fix = ("serve the trained answer model merged (backend='transformers' with its PEFT folder, or the merged "
            "GGUF export's model-q8_0.gguf), or answer_model=None for the base model")
     manifest = path.parent / "manifest.json"
@@ -396,22 +404,15 @@ def answer_adapter(m: Any) -> Path | None:
     if entry is None or entry.get("kind") != "merged":
         raise ValueError(f"the answer model {spec} is {'not in its manifest' if entry is None else 'a LoRA file'}"
                          f": a consolidation LoRA stacks only on a merged model; {fix}")
-    from .export.layout import _adapter_sha256
-
     src = Path((man.get("source_adapter") or {}).get("path", ""))
     if not (src / "adapter_config.json").is_file():
         raise FileNotFoundError(f"the answer model {spec} was exported from {src}, which holds no PEFT adapter "
                                 "now: consolidation trains on the unquantised weights; restore that folder")
-    if _adapter_sha256(src) != man["source_adapter"].get("sha256"):
+    sha = _adapter_sha256(src)
+    if sha != man["source_adapter"].get("sha256"):
         raise ValueError(f"{src} changed since {spec} was exported from it: export again "
                          "(python -m mags_lib.export) before consolidating")
-    return src
-
-
-def _adapter_identity(adapter: Path | None) -> dict | None:
-    from .export.layout import _adapter_sha256
-
-    return None if adapter is None else {"path": str(adapter), "sha256": _adapter_sha256(adapter)}
+    return {"path": str(src), "sha256": sha}
 
 
 def check_adapter_fits(adapter_dir: str | Path, m: Any) -> None:
@@ -422,12 +423,12 @@ def check_adapter_fits(adapter_dir: str | Path, m: Any) -> None:
     if not record.is_file():
         return
     was = json.loads(record.read_text()).get("answer_adapter")
-    now = answer_adapter(m)
+    now = _answer_adapter_identity(m)
     same = (was is None and now is None) or (was is not None and now is not None
-                                             and was.get("sha256") == _adapter_identity(now)["sha256"])
+                                             and was.get("sha256") == now["sha256"])
     if not same:
         trained_on = "the base answer model" if was is None else f"the trained answer adapter {was.get('path')}"
-        serves = "the base answer model" if now is None else f"the trained answer adapter {now}"
+        serves = "the base answer model" if now is None else f"the trained answer adapter {now['path']}"
         raise ValueError(f"the consolidation adapter {adapter_dir} was trained on {trained_on}, but this agent "
                          f"serves {serves}: serve the model it was trained on, or consolidate again")
 
@@ -566,7 +567,8 @@ def consolidate(m: Any, config: ConsolidationConfig | None = None, *, root: str 
 
     cfg = config or ConsolidationConfig()
     t0 = time.perf_counter()
-    under = answer_adapter(m)
+    under_id = _answer_adapter_identity(m)
+    under = None if under_id is None else Path(under_id["path"])
     if under is not None and cfg.trainer != "prefix":
         raise ValueError(f"consolidating on a trained answer model ({under}) needs trainer='prefix' (the TRL "
                          f"trainer learns on the base model only), got trainer={cfg.trainer!r}")
@@ -615,7 +617,7 @@ def consolidate(m: Any, config: ConsolidationConfig | None = None, *, root: str 
     from . import repro
 
     record = {"format": FORMAT, "version": version, "config": cfg.to_dict(), "prompt": prompt.to_dict(),
-              "answer_adapter": _adapter_identity(under),
+              "answer_adapter": under_id,
               "facts": [{k: f[k] for k in ("id", "subject", "relation", "object", "strength", "uses", "sources")}
                         for f in facts], "eval": data["eval"], "negatives_eval": data["negatives_eval"],
               "train_metrics": metrics, **result.summary(), "git_sha": repro.git_sha(),
