@@ -387,6 +387,10 @@ def test_the_command_line_takes_the_models_and_the_reader_memories(tmp_path, mon
     with pytest.raises(Stop):
         E.main(["--profile", "smoke", "--out", str(tmp_path)])
     assert seen[-1].mags_kwargs == {} and seen[-1].qa_systems == ("none", "rag", "full_context", "graph")
+    assert seen[-1].embedder == "minilm"
+    with pytest.raises(Stop):
+        E.main(["--profile", "smoke", "--out", str(tmp_path), "--embedder", "e5-small", "--no-qa"])
+    assert seen[-1].embedder == "e5-small" and seen[-1].qa_systems == ()
     with pytest.raises(ValueError, match="qa_systems takes"):
         E.main(["--profile", "smoke", "--out", str(tmp_path), "--qa-systems", "graph,oracle"])
     with pytest.raises(SystemExit):

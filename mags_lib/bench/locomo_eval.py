@@ -879,6 +879,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--run-tag", default=None, help="results/<run_tag>/70_locomo_benchmark/ (default: profile)")
     p.add_argument("--out", default=None, help="output folder (overrides --run-tag)")
     p.add_argument("--conversations", default="", help="comma-separated sample ids (default: the profile's)")
+    p.add_argument("--embedder", default=None,
+                   help="embedder of MAGS and of the dense row: minilm (default) | e5-small | hash")
     p.add_argument("--extra-embedders", default="", help="comma-separated, e.g. e5-small")
     p.add_argument("--writes", default="episodes,model")
     p.add_argument("--recall-variants", default="",
@@ -910,6 +912,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     over: dict[str, Any] = {"seed": a.seed, "n_threads": a.threads, "mags_writes": tuple(a.writes.split(","))}
     if a.conversations:
         over["conversations"] = tuple(a.conversations.split(","))
+    if a.embedder:
+        over["embedder"] = a.embedder
     if a.extra_embedders:
         over["extra_embedders"] = tuple(a.extra_embedders.split(","))
     if a.recall_variants:
