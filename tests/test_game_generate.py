@@ -165,3 +165,17 @@ def test_smoke_profile_is_tiny_and_config_is_checked():
         GeneratorConfig(train_profiles=("huge",))
     with pytest.raises(ValueError, match="profile"):
         generator_config("tiny")
+
+
+def test_evaluation_scenarios_take_generator_fields_for_long_lived_memories():
+    from mags_lib.game import evaluation_scenarios
+
+    short = evaluation_scenarios("default", 0, 2, examples=False)
+    long = evaluation_scenarios("default", 0, 2, examples=False, retention_distances=(40, 120))
+    for s in long:
+        gaps = sorted(e.distance for _, e in s.asks if e.kind == "retention")
+        assert gaps and gaps[0] >= 40 and gaps[-1] >= 120, (s.name, gaps)
+        assert len(s.events) > 120
+    assert max(len(s.events) for s in short) < 60
+    with pytest.raises(ValueError, match="retention_distances"):
+        evaluation_scenarios("default", 0, 1, examples=False, retention_distances=(0,))

@@ -33,6 +33,7 @@ import json
 import re
 from dataclasses import asdict, dataclass, field, replace
 from datetime import date, timedelta
+from typing import Any
 
 import numpy as np
 
@@ -512,16 +513,20 @@ def generate_scenarios(config: GeneratorConfig | None = None) -> list[Scenario]:
 
 
 def evaluation_scenarios(profile: str = "default", seed: int = 0, n_scenarios: int | None = None, *,
-                         examples: bool = True, out_dir=None) -> list[Scenario]:
+                         examples: bool = True, out_dir=None, **generator: Any) -> list[Scenario]:
     """The scenarios a game run evaluates: generated ones (profile sizes) plus the example files.
 
     The examples of ``../shared/scenarios/`` are optional (one line says when they are skipped)
     and left out of the smoke profile (too long for it). With ``out_dir`` every scenario is saved
-    there as JSON.
+    there as JSON. ``generator``: :class:`GeneratorConfig` fields over the profile's, e.g.
+    ``retention_distances=(32, 128, 256), filler_prob=0.5`` for memories that live long enough to
+    decay and be pruned.
     """
     from .scenario import example_scenarios, save_scenario
 
-    over = {} if n_scenarios is None else {"n_scenarios": n_scenarios}
+    over = dict(generator)
+    if n_scenarios is not None:
+        over["n_scenarios"] = n_scenarios
     if profile == "smoke" and n_scenarios is not None:
         over["n_scenarios"] = min(n_scenarios, 2)
     scs = generate_scenarios(generator_config(profile, seed=seed, **over))
