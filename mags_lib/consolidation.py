@@ -379,20 +379,20 @@ def answer_adapter(m: Any) -> Path | None:
     still be there, unchanged). A GGUF LoRA file served over the base, or a model without a known source
     adapter, raises ``ValueError`` saying what to serve instead.
     """
-    ident = _answer_adapter_identity(m)
-    return None if ident is None else Path(ident["path"])
+    return _answer_adapter(m)[0]
 
 
-def _answer_adapter_identity(m: Any) -> dict | None:
-    """:func:`answer_adapter` as ``{"path", "sha256"}`` (the adapter hashed once), or None for the base model."""
+def _answer_adapter(m: Any) -> tuple[Path | None, str | None]:
+    """:func:`answer_adapter` and the adapter's sha256 where finding it computed one (a merged GGUF export's
+    source adapter, checked against its manifest), else None: :func:`_adapter_identity` hashes only then."""
     from .export.layout import _adapter_sha256
 
     spec = m.model_paths.get("answer")
     if spec is None:
-        return None
+        return None, None
     path = Path(spec)
     if path.is_dir() and (path / "adapter_config.json").is_file():
-        return {"path": str(path), "sha256": _adapter_sha256(path)}
+        return path, None
     fix = ("serve the trained answer model merged (backend='transformers' with its PEFT folder, or the merged "
            "GGUF export's model-q8_0.gguf), or answer_model=None for the base model")
     manifest = path.parent / "manifest.json"
@@ -412,7 +412,14 @@ def _answer_adapter_identity(m: Any) -> dict | None:
     if sha != man["source_adapter"].get("sha256"):
         raise ValueError(f"{src} changed since {spec} was exported from it: export again "
                          "(python -m mags_lib.export) before consolidating")
-    return {"path": str(src), "sha256": sha}
+    return src, sha
+
+
+def _adapter_identity(adapter: Path | None, sha: str | None = None) -> dict | None:
+    """``{"path", "sha256"}`` of a trained adapter (hashed unless ``sha`` is given), None for the base model."""
+    from .export.layout import _adapter_sha256
+
+    return None if adapter is None else {"path": str(adapter), "sha256": sha or _adapter_sha256(adapter)}
 
 
 def check_adapter_fits(adapter_dir: str | Path, m: Any) -> None:
@@ -423,12 +430,12 @@ def check_adapter_fits(adapter_dir: str | Path, m: Any) -> None:
     if not record.is_file():
         return
     was = json.loads(record.read_text()).get("answer_adapter")
-    now = _answer_adapter_identity(m)
+    now, sha = _answer_adapter(m)
     same = (was is None and now is None) or (was is not None and now is not None
-                                             and was.get("sha256") == now["sha256"])
+                                             and was.get("sha256") == _adapter_identity(now, sha)["sha256"])
     if not same:
         trained_on = "the base answer model" if was is None else f"the trained answer adapter {was.get('path')}"
-        serves = "the base answer model" if now is None else f"the trained answer adapter {now['path']}"
+        serves = "the base answer model" if now is None else f"the trained answer adapter {now}"
         raise ValueError(f"the consolidation adapter {adapter_dir} was trained on {trained_on}, but this agent "
                          f"serves {serves}: serve the model it was trained on, or consolidate again")
 
@@ -567,8 +574,7 @@ def consolidate(m: Any, config: ConsolidationConfig | None = None, *, root: str 
 
     cfg = config or ConsolidationConfig()
     t0 = time.perf_counter()
-    under_id = _answer_adapter_identity(m)
-    under = None if under_id is None else Path(under_id["path"])
+    under, under_sha = _answer_adapter(m)
     if under is not None and cfg.trainer != "prefix":
         raise ValueError(f"consolidating on a trained answer model ({under}) needs trainer='prefix' (the TRL "
                          f"trainer learns on the base model only), got trainer={cfg.trainer!r}")
@@ -617,7 +623,7 @@ def consolidate(m: Any, config: ConsolidationConfig | None = None, *, root: str 
     from . import repro
 
     record = {"format": FORMAT, "version": version, "config": cfg.to_dict(), "prompt": prompt.to_dict(),
-              "answer_adapter": under_id,
+              "answer_adapter": _adapter_identity(under, under_sha),
               "facts": [{k: f[k] for k in ("id", "subject", "relation", "object", "strength", "uses", "sources")}
                         for f in facts], "eval": data["eval"], "negatives_eval": data["negatives_eval"],
               "train_metrics": metrics, **result.summary(), "git_sha": repro.git_sha(),
