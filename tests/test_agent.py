@@ -407,7 +407,8 @@ def test_inference_benchmark_writes_its_json(tmp_path):
 
     out = tmp_path / "inference.json"
     res = run(out=out, threads=1, max_new_tokens=4, n_prompts=1, n_story=2, n_questions=1, n_adherence=2,
-              backends=("llamacpp",), embedder="hash")
+              backends=("llamacpp",), embedder="hash", n_constrained=3, constrained_max_new_tokens=12,
+              n_parallel=(1, 2))
     saved = json.loads(out.read_text())
     assert saved["summary"] == json.loads(json.dumps(res["summary"]))
     s = saved["summary"]
@@ -415,3 +416,7 @@ def test_inference_benchmark_writes_its_json(tmp_path):
     assert s["observe_p50_s"] > 0 and s["ask_p95_s"] >= s["ask_p50_s"] > 0
     assert s["adherence_agent_grammar"] == 1.0 and 0.0 <= s["adherence_no_grammar"] <= 1.0
     assert saved["meta"]["params"]["threads"] == 1 and saved["targets_met"]["adherence_with_grammar"]
+    # the backend's own decoding loop is llama-cpp-python's completion, token for token, one prompt at a time
+    assert s["write_grammar_equal_to_reference_n_parallel_1"] == 1.0
+    assert s["write_grammar_tokens_per_s_reference"] > 0 and s["write_grammar_tokens_per_s_n_parallel_2"] > 0
+    assert saved["constrained_decoding"]["n_prompts"] == 3

@@ -511,3 +511,81 @@ def test_generation_memo_answers_repeated_greedy_calls_and_nothing_else():
     assert (base, tuned) == ("(owl, eats, mice)", "write: (owl, eats, mice)") and len(memo) == 1
     with pytest.raises(ValueError, match="max_entries"):
         GenerationMemo(max_entries=0)
+
+
+# -- the decoding loop against llama-cpp-python's own completion; several prompts at once ----------
+def _reference_completions(prompts, *, grammar, temperature, max_new_tokens, seed=3, stop=None):
+    """llama-cpp-python's ``create_completion`` on a fresh context per prompt: what the backend's own loop
+    must give token for token (repetition penalty and top-k/top-p filters off, as the backend documents)."""
+    import llama_cpp
+
+    from mags_lib.models import smollm2_gguf_path
+
+    llm = llama_cpp.Llama(model_path=str(smollm2_gguf_path()), n_ctx=1024, n_threads=1, verbose=False)
+    try:
+        with load_backend("llamacpp", n_ctx=1024, n_threads=1) as renderer:
+            texts = [renderer.render(p) for p in prompts]
+        out = []
+        for text in texts:
+            llm.reset()
+            res = llm.create_completion(
+                prompt=text, max_tokens=max_new_tokens, temperature=temperature, top_k=0, top_p=1.0, min_p=0.0,
+                typical_p=1.0, repeat_penalty=1.0, frequency_penalty=0.0, presence_penalty=0.0, stop=stop,
+                grammar=llama_cpp.LlamaGrammar.from_string(grammar, verbose=False) if grammar else None, seed=seed)
+            out.append((res["choices"][0]["text"], res["usage"]["completion_tokens"]))
+        return out
+    finally:
+        llm.close()
+
+
+@pytest.mark.parametrize("temperature", [0.0, 0.9])
+def test_decoding_equals_llama_cpp_python_completion(temperature):
+    """The backend's low-level loop gives llama-cpp-python's completion exactly, under the write grammar (greedy:
+    the top token checked first, the whole vocabulary masked when it is refused -- the base model's first
+    choices are prose, so both branches run) and free, greedy and seeded sampling, with a stop string."""
+    spec = P.build_messages
+    prompts = [spec("write", x, few_shot=0) for x in WRITE_INPUTS[:5]]
+    grammar = P.grammar("write", min_ops=1)
+    with load_backend("llamacpp", n_ctx=1024, n_threads=1, prefix_cache=False) as b:
+        for gbnf, n_new, stop in ((grammar, 48, None), (None, 24, ["\n\n"])):
+            ref = _reference_completions(prompts, grammar=gbnf, temperature=temperature, max_new_tokens=n_new,
+                                         stop=stop)
+            ours = b.generate(prompts, max_new_tokens=n_new, temperature=temperature, grammar=gbnf, seed=3,
+                              stop=stop)
+            assert [(g.text, g.n_new_tokens) for g in ours] == ref
+    if temperature == 0:  # the prefix cache (cells of the last prompt reused) changes nothing on these prompts
+        with load_backend("llamacpp", n_ctx=1024, n_threads=1) as b:
+            assert [g.text for g in b.generate(prompts, max_new_tokens=48, grammar=grammar)] == \
+                [t for t, _ in _reference_completions(prompts, grammar=grammar, temperature=0.0, max_new_tokens=48)]
+
+
+def test_several_prompts_decoded_together(tmp_path):
+    """n_parallel > 1: each sequence is isolated (copies of one prompt in a group get one output, and an
+    adapter is applied to the group's own context), every grammar output parses, seeded sampling repeats,
+    and a group larger than the context window gets a larger context of its own."""
+    grammar = P.grammar("write", min_ops=1)
+    prompts = [P.build_messages("write", x, few_shot=0) for x in WRITE_INPUTS]
+    _write_lora_gguf(tmp_path / "zero.gguf", 0.0)
+    _write_lora_gguf(tmp_path / "noise.gguf", 0.5)
+    with load_backend("llamacpp", n_ctx=256, n_threads=1, n_parallel=4) as b:
+        gens = b.generate(prompts, max_new_tokens=64, grammar=grammar)  # 8 prompts of ~80 tokens: 2 groups > 256
+        assert len(gens) == len(prompts) and b._par.n_ctx > 256
+        for x, g in zip(WRITE_INPUTS, gens):
+            assert 0 < g.n_new_tokens <= 64
+            if g.n_new_tokens < 64:
+                assert P.parse(g.text, role="write", mode="strict").ok, (x, g.text)
+        same = b.generate([prompts[2]] * 4, max_new_tokens=24)
+        assert len({g.text for g in same}) == 1
+        a = b.generate(prompts[:4], max_new_tokens=16, temperature=1.0, seed=5)
+        assert [g.text for g in a] == [g.text for g in b.generate(prompts[:4], max_new_tokens=16, temperature=1.0,
+                                                                     seed=5)]
+        base = [g.text for g in b.generate(prompts[:4], max_new_tokens=16)]
+        for name in ("zero", "noise"):
+            b.load_adapter(name, tmp_path / f"{name}.gguf")
+            b.set_adapter(name)
+            with_adapter = [g.text for g in b.generate(prompts[:4], max_new_tokens=16)]
+            assert (with_adapter == base) == (name == "zero"), (name, with_adapter, base)
+        b.unload_adapter("noise")  # the active one: the group's context drops it too
+        assert [g.text for g in b.generate(prompts[:4], max_new_tokens=16)] == base
+    with pytest.raises(ValueError, match="n_parallel must be an integer >= 1"):
+        load_backend("llamacpp", n_parallel=0)

@@ -21,7 +21,12 @@ embedded SmolLM2-135M-Instruct, in one run:
 * **adherence** of the base model: the share of outputs parsing under the strict protocol, for the
   ask and write roles on a small fixed set of inputs, with the agent's grammar-constrained decoding
   (target 100%), with the protocol's own grammar, and without any grammar (the number that training
-  must raise).
+  must raise);
+* **grammar-constrained write decoding** (what ingesting a conversation costs): the write role's trained
+  prompt and grammar on the story's turns and the write inputs, greedy, with llama-cpp-python's own
+  ``create_completion`` (its grammar sampler masks the whole vocabulary at every token: how the backend
+  decoded before 2026-11-28) and with the backend at each ``n_parallel`` (prompts decoded together);
+  tokens/s, seconds per prompt and the share of outputs equal to the reference's.
 
 Figures taken on a busy machine are not comparable: the JSON records the load average before and
 after the run.
@@ -47,6 +52,7 @@ __all__ = [
     "TARGETS",
     "TOKENS_PROMPTS",
     "bench_adherence",
+    "bench_constrained_decoding",
     "bench_mags_latency",
     "bench_tokens_per_second",
     "main",
@@ -250,11 +256,67 @@ def bench_adherence(mags, inputs: dict[str, Sequence[str]], *, max_new_tokens: i
     return out
 
 
+def bench_constrained_decoding(texts: Sequence[str], *, threads: int, max_new_tokens: int = 96,
+                               n_parallel: Sequence[int] = (1, 8)) -> dict:
+    """Greedy write-role decoding under the trained prompt's grammar: llama-cpp-python's ``create_completion``
+    (reference, one prompt after another, its prefix cache on) against the backend at each ``n_parallel``."""
+    import llama_cpp
+
+    from ..backends import load_backend
+    from ..models import smollm2_gguf_path
+    from ..roles import ROLE_SPECS
+
+    spec = ROLE_SPECS["write"].trained
+    gbnf = spec.grammar()
+    prompts = [spec.messages(t) for t in texts]
+    out: dict = {"n_prompts": len(prompts), "max_new_tokens": max_new_tokens, "threads": threads,
+                 "prompt": "write role, trained prompt spec, its grammar, greedy"}
+
+    def row(texts_out: list[str], n_new: int, secs: float, ref: list[str] | None) -> dict:
+        r = {"new_tokens": n_new, "seconds": round(secs, 3), "tokens_per_s": round(n_new / secs, 2) if secs else None,
+             "seconds_per_prompt": round(secs / len(prompts), 4)}
+        if ref is not None:
+            r["equal_to_reference"] = sum(a == b for a, b in zip(texts_out, ref)) / len(ref)
+        return r
+
+    llm = llama_cpp.Llama(model_path=str(smollm2_gguf_path()), n_ctx=2048, n_threads=threads,
+                          n_threads_batch=threads, verbose=False)
+    try:
+        with load_backend("llamacpp", n_threads=threads) as renderer:
+            rendered = [renderer.render(p) for p in prompts]
+        grammar = llama_cpp.LlamaGrammar.from_string(gbnf, verbose=False)
+        llm.create_completion(prompt=rendered[0], max_tokens=4, temperature=0.0)  # warm-up
+        ref, n_new, t0 = [], 0, time.perf_counter()
+        for text in rendered:
+            res = llm.create_completion(prompt=text, max_tokens=max_new_tokens, temperature=0.0, top_k=0, top_p=1.0,
+                                        min_p=0.0, typical_p=1.0, repeat_penalty=1.0, grammar=grammar,
+                                        stop=list(spec.stop) or None)
+            ref.append(res["choices"][0]["text"])
+            n_new += res["usage"]["completion_tokens"]
+        out["llama_cpp_python_completion"] = row(ref, n_new, time.perf_counter() - t0, None)
+    finally:
+        llm.close()
+    for k in n_parallel:
+        with load_backend("llamacpp", n_threads=threads, n_parallel=int(k)) as b:
+            b.generate(prompts[:2], max_new_tokens=4, grammar=gbnf)  # warm-up (and the group context)
+            t0 = time.perf_counter()
+            gens = b.generate(prompts, max_new_tokens=max_new_tokens, grammar=gbnf, stop=list(spec.stop) or None)
+            secs = time.perf_counter() - t0
+        out[f"backend_n_parallel_{k}"] = row([g.text for g in gens], sum(g.n_new_tokens for g in gens), secs, ref)
+    base = out["llama_cpp_python_completion"]["tokens_per_s"]
+    for k in n_parallel:
+        r = out[f"backend_n_parallel_{k}"]
+        r["speedup_over_reference"] = round(r["tokens_per_s"] / base, 2) if base and r["tokens_per_s"] else None
+    return out
+
+
 def run(*, out: Path, threads: int | None = None, max_new_tokens: int = 64, n_prompts: int = 4,
         n_story: int = len(STORY), n_questions: int = len(QUESTIONS), n_adherence: int = 12,
         adherence_max_new_tokens: int = 128, backends: Sequence[str] = ("transformers", "llamacpp"),
-        embedder: str = "minilm", seed: int = 0) -> dict:
-    """Run the three parts and write the JSON; returns the result."""
+        embedder: str = "minilm", seed: int = 0, n_constrained: int | None = None,
+        constrained_max_new_tokens: int = 96, n_parallel: Sequence[int] = (1, 8)) -> dict:
+    """Run the four parts and write the JSON; returns the result. ``n_constrained``: prompts of the
+    constrained-decoding part (default: every story turn and write input)."""
     from .. import repro
     from ..agent import MAGS
     from ..models import smollm2_gguf_path
@@ -279,8 +341,13 @@ def run(*, out: Path, threads: int | None = None, max_new_tokens: int = 64, n_pr
         result["adherence"] = bench_adherence(
             m, {r: v[:n_adherence] for r, v in ADHERENCE_INPUTS.items()},
             max_new_tokens=adherence_max_new_tokens)
+    pool = [*STORY, *ADHERENCE_INPUTS["write"]]
+    result["constrained_decoding"] = bench_constrained_decoding(
+        pool[:n_constrained] if n_constrained is not None else pool, threads=threads,
+        max_new_tokens=constrained_max_new_tokens, n_parallel=n_parallel)
     tps = result["tokens_per_second"]
     lat = result["mags_latency"]
+    cd = result["constrained_decoding"]
     result["summary"] = {
         "llamacpp_tokens_per_s": tps.get("llamacpp", {}).get("tokens_per_s"),
         "transformers_tokens_per_s": tps.get("transformers", {}).get("tokens_per_s"),
@@ -290,6 +357,11 @@ def run(*, out: Path, threads: int | None = None, max_new_tokens: int = 64, n_pr
         "adherence_agent_grammar": result["adherence"]["overall_agent_grammar"],
         "adherence_protocol_grammar": result["adherence"]["overall_protocol_grammar"],
         "adherence_no_grammar": result["adherence"]["overall_no_grammar"],
+        "write_grammar_tokens_per_s_reference": cd["llama_cpp_python_completion"]["tokens_per_s"],
+        **{f"write_grammar_tokens_per_s_n_parallel_{k}": cd[f"backend_n_parallel_{k}"]["tokens_per_s"]
+           for k in n_parallel},
+        **{f"write_grammar_equal_to_reference_n_parallel_{k}": cd[f"backend_n_parallel_{k}"]["equal_to_reference"]
+           for k in n_parallel},
     }
     s = result["summary"]
     result["targets_met"] = {
@@ -302,7 +374,8 @@ def run(*, out: Path, threads: int | None = None, max_new_tokens: int = 64, n_pr
         "params": {"threads": threads, "max_new_tokens": max_new_tokens, "n_prompts": n_prompts,
                    "n_story": n_story, "n_questions": n_questions, "n_adherence": n_adherence,
                    "adherence_max_new_tokens": adherence_max_new_tokens,
-                   "backends": list(backends), "embedder": embedder},
+                   "backends": list(backends), "embedder": embedder, "n_constrained": n_constrained,
+                   "constrained_max_new_tokens": constrained_max_new_tokens, "n_parallel": list(n_parallel)},
         "seed": seed, "git_sha": repro.git_sha(), "packages": repro.package_versions(),
         "python": sys.version.split()[0], "platform": platform.platform(), "cpu_count": os.cpu_count(),
         "load_average_before": load_before, "load_average_after": _load(),
@@ -329,20 +402,30 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--skip-transformers", action="store_true", help="tokens/s of llama.cpp only")
     p.add_argument("--embedder", default="minilm", help="minilm | hash")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--n-parallel", default="1,8",
+                   help="comma-separated n_parallel values of the constrained-decoding part (default 1,8)")
     p.add_argument("--quick", action="store_true", help="small sizes (tests): 2 prompts of 16 tokens, "
-                   "6 observations, 4 questions, 4 inputs per role")
+                   "6 observations, 4 questions, 4 inputs per role, 4 constrained prompts of 16 tokens")
     a = p.parse_args(argv)
     out = a.out or project_root() / "results" / "bench" / "inference.json"
     if a.quick:
-        sizes = {"max_new_tokens": 16, "n_prompts": 2, "n_story": 6, "n_questions": 4, "n_adherence": 4}
+        sizes = {"max_new_tokens": 16, "n_prompts": 2, "n_story": 6, "n_questions": 4, "n_adherence": 4,
+                 "n_constrained": 4, "constrained_max_new_tokens": 16}
     else:
         sizes = {"max_new_tokens": a.max_new_tokens, "n_prompts": a.prompts}
     if sizes["max_new_tokens"] < 1:
         p.error("--max-new-tokens must be >= 1")
     if a.threads is not None and a.threads < 1:
         p.error("--threads must be >= 1")
+    try:
+        n_par = tuple(int(x) for x in a.n_parallel.split(",") if x.strip())
+    except ValueError:
+        p.error(f"--n-parallel takes comma-separated integers, got {a.n_parallel!r}")
+    if not n_par or min(n_par) < 1:
+        p.error("--n-parallel needs integers >= 1")
     backends = ("llamacpp",) if a.skip_transformers else ("transformers", "llamacpp")
-    res = run(out=out, threads=a.threads, backends=backends, embedder=a.embedder, seed=a.seed, **sizes)
+    res = run(out=out, threads=a.threads, backends=backends, embedder=a.embedder, seed=a.seed, n_parallel=n_par,
+              **sizes)
     print(json.dumps(res["summary"], indent=1))
     print(f"wrote {out}")
     return 0
