@@ -395,3 +395,21 @@ def test_the_command_line_takes_the_models_and_the_reader_memories(tmp_path, mon
         E.main(["--profile", "smoke", "--out", str(tmp_path), "--qa-systems", "graph,oracle"])
     with pytest.raises(SystemExit):
         E.main(["--profile", "smoke", "--models", "large"])
+
+
+@pytest.mark.slow
+def test_ingest_benchmark_observe_and_observe_many_write_the_same(tiny, tmp_path):
+    """locomo_ingest on the hand-made conversation with the base writer: one observe per turn and one observe_many
+    per session (prompts one at a time) write the same triplets turn by turn; n_parallel=2 runs and is compared."""
+    from mags_lib.bench import locomo_ingest as I
+
+    conv = tiny.conversations[0]
+    one = I.ingest(conv, threads=1, mode="observe")
+    many = I.ingest(conv, threads=1, mode="many")
+    assert one["turns"] == many["turns"] == len(TURNS) and one["seconds_per_turn"] > 0
+    assert one["triplets"] > 0 and I.compare(one, many)["share_equal"] == 1.0
+    assert I.compare(one, many)["speedup"] == round(one["seconds_per_turn"] / many["seconds_per_turn"], 3)  # b vs a
+    par = I.ingest(conv, threads=1, mode="many", n_parallel=2)
+    assert par["turns"] == len(TURNS) and 0.0 <= I.compare(one, par)["share_equal"] <= 1.0
+    with pytest.raises(ValueError, match="mode must be one of"):
+        I.ingest(conv, mode="batch")
