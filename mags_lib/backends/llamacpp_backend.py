@@ -532,19 +532,22 @@ class LlamaCppBackend(Backend):
                              f"{self.base_model_path} (wrong base architecture or tensor shapes?)")
         self._lora[name] = (handle, scale)
 
-    def _set_adapter(self, name: str | None) -> None:
+    def _apply_lora(self, ctx: Any, name: str | None) -> None:
+        """Apply loaded adapter ``name`` (``None``: none) to the llama.cpp context ``ctx``."""
         import ctypes
 
         lc = self._llama_cpp
         if name is None:
-            rc = lc.llama_set_adapters_lora(self._llm._ctx.ctx, None, 0, None)
+            rc = lc.llama_set_adapters_lora(ctx, None, 0, None)
         else:
             handle, scale = self._lora[name]
-            arr = (lc.llama_adapter_lora_p_ctypes * 1)(handle)
-            scales = (ctypes.c_float * 1)(scale)
-            rc = lc.llama_set_adapters_lora(self._llm._ctx.ctx, arr, 1, scales)
+            rc = lc.llama_set_adapters_lora(ctx, (lc.llama_adapter_lora_p_ctypes * 1)(handle), 1,
+                                            (ctypes.c_float * 1)(scale))
         if rc != 0:
             raise RuntimeError(f"llama_set_adapters_lora failed ({rc}) for adapter {name!r}")
+
+    def _set_adapter(self, name: str | None) -> None:
+        self._apply_lora(self._llm._ctx.ctx, name)
         # the KV cache holds keys and values computed with the previous weights: never reuse it
         self._llm.reset()
         self._dec.forget()
@@ -664,16 +667,7 @@ class LlamaCppBackend(Backend):
                                            n_threads=self.n_threads)
         want = self._lora[self._active_adapter] if self._active_adapter is not None else None
         if par.adapter != want:
-            import ctypes
-
-            lc = self._llama_cpp
-            if want is None:
-                rc = lc.llama_set_adapters_lora(par.ctx, None, 0, None)
-            else:
-                rc = lc.llama_set_adapters_lora(par.ctx, (lc.llama_adapter_lora_p_ctypes * 1)(want[0]), 1,
-                                                (ctypes.c_float * 1)(want[1]))
-            if rc != 0:
-                raise RuntimeError(f"llama_set_adapters_lora failed ({rc}) for adapter {self._active_adapter!r}")
+            self._apply_lora(par.ctx, self._active_adapter)
             par.adapter = want
             par.forget()
         return par
