@@ -106,6 +106,10 @@ class MAGSConfig:
     # written subject / object that is only a relative date ("yesterday", "last Saturday") is stored as the
     # date it names ("7 May 2023"), and the reader sees recalled texts with each relative date resolved next
     # to it ("yesterday [7 May 2023]"; the stored text is unchanged). False: both off (ablation)
+    write_speaker: bool = True  # the write model reads a turn with a speaker as "<speaker>: <text>" (the
+    # training data's persona form, "Caroline: I work as a baker."), so it knows whose "I" it is; without it
+    # a dialogue turn's addressee ("Hey Gina! I lost my job") became the subject (README, LoCoMo). False: the
+    # text alone (ablation)
     max_ops: int | None = None  # with grammar: most tags per ask/write output (None: the prompt spec's)
     max_field_chars: int | None = None  # with grammar: longest subject / relation / query (None: spec)
     max_object_chars: int | None = None  # with grammar: longest object (None: spec)
@@ -714,16 +718,17 @@ class MAGS:
             ("yesterday") is stored as the date it names, and the reader sees the turn's text with
             each one's date next to it (see :meth:`render_item`).
         speaker : str, optional
-            Who said it: kept on the episode, shown to the reader, and first-person words of the
-            written facts ("I", "me", "my ...") are resolved to this name.
+            Who said it: kept on the episode, shown to the reader, given to the write model as
+            ``"<speaker>: <text>"`` (``config.write_speaker``), and first-person words of the written
+            facts ("I", "me", "my ...") are resolved to this name.
         """
         import time as _time
 
         t0 = _time.perf_counter()
         turn = self._observation_args(text, source, time, speaker)
         # the model call first: if it fails (context overflow, a broken model file), nothing changed
-        ext = self.extract_many([turn[0]], "write", nonempty=self.config.write_nonempty)[0] \
-            if self.config.memory == "graph" else None
+        ext = self.extract_many([self._write_input(turn[0], turn[3])], "write",
+                                nonempty=self.config.write_nonempty)[0] if self.config.memory == "graph" else None
         return self._store_turn(*turn, ext, t0=t0)
 
     def observe_many(self, items: Sequence[Any], *, batch_size: int = 32,
@@ -787,7 +792,8 @@ class MAGS:
                 for start in range(0, len(turns), batch_size):
                     chunk = turns[start:start + batch_size]
                     t0 = _time.perf_counter()
-                    exts = (self.extract_many([t[0] for t in chunk], "write", nonempty=c.write_nonempty)
+                    exts = (self.extract_many([self._write_input(t[0], t[3]) for t in chunk], "write",
+                                              nonempty=c.write_nonempty)
                             if c.memory == "graph" else [None] * len(chunk))
                     share = (_time.perf_counter() - t0) / len(chunk)
                     for turn, ext in zip(chunk, exts):
@@ -809,6 +815,11 @@ class MAGS:
         from .graph.values import clean_source, clean_time
 
         return self._check_text(text), clean_source(source), clean_time(time), _clean_speaker(speaker)
+
+    def _write_input(self, text: str, speaker: str | None) -> str:
+        """What the write model reads of a turn: ``"<speaker>: <text>"`` with a speaker and
+        ``config.write_speaker``, else the text."""
+        return f"{speaker}: {text}" if speaker is not None and self.config.write_speaker else text
 
     def _store_turn(self, text: str, source: str | None, time: str | None, speaker: str | None,
                     ext: Extraction | None, *, t0: float, atomic: bool = True) -> Observation:

@@ -408,6 +408,7 @@ def test_ingest_benchmark_observe_and_observe_many_write_the_same(tiny, tmp_path
     many = I.ingest(conv, threads=1, mode="many")
     assert one["turns"] == many["turns"] == len(TURNS) and one["seconds_per_turn"] > 0
     assert one["triplets"] > 0 and I.compare(one, many)["share_equal"] == 1.0
+    assert sum(one["subjects"].values()) == one["triplets"] and one["subjects"] == many["subjects"]
     assert I.compare(one, many)["speedup"] == round(one["seconds_per_turn"] / many["seconds_per_turn"], 3)  # b vs a
     par = I.ingest(conv, threads=1, mode="many", n_parallel=2)
     assert par["turns"] == len(TURNS) and 0.0 <= I.compare(one, par)["share_equal"] <= 1.0

@@ -36,6 +36,22 @@ def test_each_speakers_first_person_becomes_their_own_node():
     assert resolve_speaker(("I", "like", "tea"), None) == ("I", "like", "tea")
 
 
+def test_the_write_model_reads_who_is_speaking():
+    # the speaker's name precedes the turn (the training data's "Caroline: I work as a baker." form), in
+    # observe and observe_many alike; without a speaker, or with write_speaker off, the text alone
+    table = {"Hey Jon! I lost my job": [("Jon", "lost", "job")], "Gina: Hey Jon! I lost my job": [("I", "lost", "job")]}
+    for many in (False, True):
+        m, w = agent(table)
+        turns = [("Hey Jon! I lost my job.", "D1:1", None, "Gina"), ("Hey Jon! I lost my job.", "D1:2")]
+        obs = m.observe_many(turns) if many else [m.observe(*t) for t in turns]
+        assert [c["content"] for c in w.calls] == ["Gina: Hey Jon! I lost my job.", "Hey Jon! I lost my job."]
+        assert obs[0].triplets == [("Gina", "lost", "job")] and obs[0].text == "Hey Jon! I lost my job."
+        assert m.graph.episodes()[0]["text"] == "Hey Jon! I lost my job."  # the episode keeps what was said
+    m, w = agent(table, write_speaker=False)
+    assert m.observe("Hey Jon! I lost my job.", speaker="Gina").triplets == [("Jon", "lost", "job")]
+    assert w.calls[-1]["content"] == "Hey Jon! I lost my job."
+
+
 def test_speaker_is_checked_saved_and_replayed(tmp_path):
     m, w = agent({})
     with pytest.raises(TypeError, match="speaker must be a name"):

@@ -38,16 +38,22 @@ def _turn_hash(triplets: Sequence[Sequence[str]]) -> str:
 
 
 def ingest(conv: Any, *, write_model: str | None = None, threads: int = 1, mode: str = "observe",
-           n_parallel: int = 1, seed: int = 0) -> dict:
+           n_parallel: int = 1, seed: int = 0, write_speaker: bool = True) -> dict:
     """Store every turn of ``conv`` (a :class:`mags_lib.bench.locomo.Conversation`) in a fresh MAGS whose write
-    role runs ``write_model`` (None: the embedded base model) on llama.cpp; figures and per-turn hashes."""
+    role runs ``write_model`` (None: the embedded base model) on llama.cpp; figures and per-turn hashes.
+
+    ``subjects`` counts the stored triplets by subject: the turn's speaker, the other person of the
+    conversation, anything else (``write_speaker``: :attr:`MAGSConfig.write_speaker`)."""
     from ..agent import MAGS, MAGSConfig
     from .locomo_eval import _iso
 
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
     kw: dict = {"backend_kwargs": {"n_parallel": int(n_parallel)}} if n_parallel != 1 else {}
-    with MAGS(MAGSConfig(write_model=write_model, n_threads=threads, seed=seed, **kw)) as m:
+    people = {t.speaker for s in conv.sessions for t in s.turns}
+    subjects = {"speaker": 0, "other_speaker": 0, "other": 0}
+    with MAGS(MAGSConfig(write_model=write_model, n_threads=threads, seed=seed, write_speaker=write_speaker,
+                         **kw)) as m:
         m.observe("Warm-up: the kettle is blue.", source="warmup")  # loads the write model and the embedder
         hashes: list[str] = []
         n_triplets = 0
@@ -59,11 +65,14 @@ def ingest(conv: Any, *, write_model: str | None = None, threads: int = 1, mode:
             for o in obs:
                 hashes.append(_turn_hash(o.triplets))
                 n_triplets += len(o.triplets)
+                for t in o.triplets:
+                    subjects["speaker" if t[0] == o.speaker else "other_speaker" if t[0] in people else "other"] += 1
         secs = time.perf_counter() - t0
         stats = m.graph.stats()
     return {"conversation": conv.sample_id, "mode": mode, "threads": threads, "n_parallel": n_parallel,
-            "write_model": write_model or "embedded base", "turns": len(hashes), "seconds": round(secs, 2),
-            "seconds_per_turn": round(secs / max(1, len(hashes)), 4), "triplets": n_triplets,
+            "write_model": write_model or "embedded base", "write_speaker": write_speaker, "turns": len(hashes),
+            "seconds": round(secs, 2), "seconds_per_turn": round(secs / max(1, len(hashes)), 4),
+            "triplets": n_triplets, "subjects": subjects,
             "facts": stats["n_facts"], "invalidated": stats["n_invalidated"], "turn_hashes": hashes}
 
 
@@ -87,6 +96,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--mode", choices=MODES, default="observe")
     p.add_argument("--n-parallel", type=int, default=1, help="prompts decoded together (llama.cpp backend)")
+    p.add_argument("--no-write-speaker", action="store_true",
+                   help="the write model reads the turn's text alone (MAGSConfig.write_speaker=False)")
     p.add_argument("--compare", default=None, help="an earlier run's JSON: turn-by-turn agreement and speed ratio")
     p.add_argument("--out", required=True)
     a = p.parse_args(argv)
@@ -97,7 +108,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if conv is None:
         p.error(f"no conversation {a.conversation!r}; the file has {[c.sample_id for c in data.conversations]}")
     load_before = os.getloadavg()
-    res = ingest(conv, write_model=a.write_model, threads=a.threads, mode=a.mode, n_parallel=a.n_parallel)
+    res = ingest(conv, write_model=a.write_model, threads=a.threads, mode=a.mode, n_parallel=a.n_parallel,
+                 write_speaker=not a.no_write_speaker)
     if a.compare:
         res["compared_with"] = {"file": a.compare, **compare(json.loads(Path(a.compare).read_text()), res)}
     res["meta"] = {"git_sha": repro.git_sha(), "platform": platform.platform(), "cpu_count": os.cpu_count(),
