@@ -39,6 +39,7 @@ from .templates import (
     CHIT_CHAT,
     CONNECTIVES,
     CORRECTION_FRAMES,
+    DIALOGUE_INTROS,
     EXCHANGE_FRAME,
     PERSONA_INTROS,
     PRONOUNS,
@@ -315,9 +316,14 @@ def _w_persona(world, rng):
     facts = [f for f in world.facts_about(p.name) if RELATIONS_BY_KEY[f.relation].first_person]
     chosen = [facts[i] for i in rng.choice(len(facts), size=min(len(facts), int(rng.integers(1, 4))),
                                            replace=False)]
-    ii = _idx(rng, PERSONA_INTROS)
-    intro = PERSONA_INTROS[ii].format(N=p.name)
-    sents, trips, tids = [], [], [f"intro.{ii}"]
+    others = [q.name for q in world.by_type("person") if q.name != p.name]
+    if others and rng.random() < 0.5:  # a dialogue turn addressed to someone else
+        ii = _idx(rng, DIALOGUE_INTROS)
+        intro, tid = DIALOGUE_INTROS[ii].format(N=p.name, A=_pick(rng, others)), f"dialogue.{ii}"
+    else:
+        ii = _idx(rng, PERSONA_INTROS)
+        intro, tid = PERSONA_INTROS[ii].format(N=p.name), f"intro.{ii}"
+    sents, trips, tids = [], [], [tid]
     for f in chosen:
         rel = RELATIONS_BY_KEY[f.relation]
         j = _idx(rng, rel.first_person)

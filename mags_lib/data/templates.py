@@ -29,6 +29,7 @@ __all__ = [
     "CHIT_CHAT",
     "CONNECTIVES",
     "CORRECTION_FRAMES",
+    "DIALOGUE_INTROS",
     "EXCHANGE_FRAME",
     "PERSONA_INTROS",
     "PRONOUNS",
@@ -289,6 +290,13 @@ QUESTION_JOINERS: tuple[str, ...] = (" ", " And ", " Also, ", " Oh, and ", " Ano
 
 PERSONA_INTROS: tuple[str, ...] = ("Hi, I'm {N}.", "{N} here.", "Hello! My name is {N}.",
                                    "Hey, it's {N} again.", "This is {N} speaking.", "{N}: ")
+
+# A dialogue turn as the agent gives it to the write model ("<speaker>: <text>", MAGSConfig.write_speaker):
+# the speaker {N} greets another person {A} first, whose name is not the subject of what "I" says. (The
+# speaker-turns benchmark, mags_lib.bench.speaker_turns, greets with other phrases: held out.)
+DIALOGUE_INTROS: tuple[str, ...] = ("{N}: Hey {A}!", "{N}: Hello {A}.", "{N}: {A}, listen.",
+                                    "{N}: Good morning, {A}!", "{N}: Long time no see, {A}!", "{N}: You know what, {A}?",
+                                    "{N}: Haha, {A}, that's great.", "{N}: Thank you so much, {A}.")
 
 CHIT_CHAT: tuple[str, ...] = (
     "Nice weather today, isn't it?", "Hmm, let me think.", "Thanks for your help earlier!",
