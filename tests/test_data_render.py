@@ -146,3 +146,23 @@ def test_unknown_role_or_kind(worlds):
         render_example(worlds[0], "answer", "single", rng)
     with pytest.raises(ValueError, match="unknown ask kind"):
         render_example(worlds[0], "ask", "update", rng)
+
+
+def test_persona_rows_include_dialogue_turns_addressed_to_someone_else(rows):
+    """Half the persona rows are dialogue turns, "<speaker>: <greeting naming another person> <first person>": the
+    facts are the speaker's, never the addressee's (the form MAGS.observe gives the write model)."""
+    import re
+
+    from mags_lib.data.templates import DIALOGUE_INTROS
+
+    persona = [r for r in rows["write"]["train"] if r["kind"] == "persona"]
+    dialogue = [r for r in persona if r["template_ids"][0].startswith("dialogue.")]
+    assert 0.3 < len(dialogue) / len(persona) < 0.7
+    for r in dialogue:
+        speaker = {op["triplet"][0] for op in r["ops"]}
+        assert len(speaker) == 1
+        name = speaker.pop()
+        intro = DIALOGUE_INTROS[int(r["template_ids"][0].split(".")[1])]
+        pattern = re.escape(intro).replace(re.escape("{N}"), re.escape(name)).replace(re.escape("{A}"), r"(\w+)")
+        m = re.match(pattern + " ", r["input"])
+        assert m and m.group(1) != name, r["input"]  # someone else is named, and the facts are not theirs
