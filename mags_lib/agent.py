@@ -101,7 +101,8 @@ class MAGSConfig:
     write_nonempty: bool = False  # with grammar: force at least one triplet (True makes the untrained
     # model invent facts for inputs with nothing to store, e.g. gibberish; False lets it write nothing)
     write_grounding: bool = True  # store a triplet only if its subject or object shares a word with the
-    # input (see ``grounded``): an untrained model copies few-shot facts ("Odalie ...") into any input
+    # input (see ``grounded``): an untrained model copies few-shot facts ("Odalie ...") into any input; the
+    # speaker's name does not count (a trained writer given "Jon: Ugh, Mondays." wrote (Jon, has age, 18))
     resolve_dates: bool = True  # relative dates against the observation's time (mags_lib.graph.dates): a
     # written subject / object that is only a relative date ("yesterday", "last Saturday") is stored as the
     # date it names ("7 May 2023"), and the reader sees recalled texts with each relative date resolved next
@@ -369,24 +370,31 @@ def _words(text: str) -> set[str]:
     return {w for w in _WORD.findall(text.lower()) if len(w) >= 2 or w.isdigit()}
 
 
-def grounded(triplet: Sequence[str], text: str) -> bool:
+def grounded(triplet: Sequence[str], text: str, speaker: str | None = None) -> bool:
     """Whether a triplet's subject or object shares a word with the input ``text``.
 
     Words are runs of letters and digits, lower-cased; a word matches an input word that is equal
     or shares its first 4 characters (``lemon`` / ``lemons``, ``glassblower`` / ``glassblowing``).
     Facts about nothing the input mentions -- the few-shot examples' people copied into gibberish --
-    are not grounded.
+    are not grounded. The words of ``speaker`` never ground a triplet: the name comes with the turn,
+    so a fact about the speaker needs its other field in what was said ("Ugh, Mondays." is no
+    evidence for ``(Jon, has age, 18)``).
 
     >>> grounded(("Blorps", "eat", "frozen lemons"), "Blorps eat only frozen lemons.")
     True
     >>> grounded(("Odalie", "is sister of", "me"), "@#! zxq 0x3f")
     False
+    >>> grounded(("Jon", "works as", "banker"), "I lost my job as a banker.", speaker="Jon")
+    True
+    >>> grounded(("Jon", "has age", "18"), "Jon: Ugh, Mondays.", speaker="Jon")
+    False
     """
     have = _words(text)
+    given = _words(speaker) if speaker else set()
     prefixes = {w[:4] for w in have if len(w) >= 4}
     for field_text in (triplet[0], triplet[2]):
         for w in _words(field_text):
-            if w in have or (len(w) >= 4 and w[:4] in prefixes):
+            if w not in given and (w in have or (len(w) >= 4 and w[:4] in prefixes)):
                 return True
     return False
 
@@ -836,8 +844,8 @@ class MAGS:
         triplets, dropped = [], []
         if ext is not None:
             triplets = list(dict.fromkeys(resolve_speaker(t, speaker) for t in ext.lenient.triplets))
-            said = text if speaker is None else f"{speaker}: {text}"  # the speaker's name grounds "I"
-            dropped = [t for t in triplets if not grounded(t, said)] if c.write_grounding else []
+            # first person is resolved to the speaker above, and the speaker's name grounds nothing
+            dropped = [t for t in triplets if not grounded(t, text, speaker)] if c.write_grounding else []
             triplets = [t for t in triplets if t not in dropped]
             if c.resolve_dates and time is not None:  # after grounding: "yesterday" grounds, its date need not
                 triplets = list(dict.fromkeys(resolve_triplet_dates(t, time) for t in triplets))

@@ -52,6 +52,15 @@ def test_the_write_model_reads_who_is_speaking():
     assert w.calls[-1]["content"] == "Hey Jon! I lost my job."
 
 
+def test_the_speakers_name_is_no_evidence_for_a_fact():
+    # the name comes with the turn: a fact about the speaker needs its object in what was said
+    m, _ = agent({"Ugh, Mondays": [("I", "has age", "18")], "I just turned 29": [("I", "has age", "29")]})
+    o = m.observe("Ugh, Mondays.", speaker="Jon")
+    assert o.triplets == [] and o.dropped == [("Jon", "has age", "18")]
+    assert m.observe("I just turned 29.", speaker="Jon").triplets == [("Jon", "has age", "29")]
+    assert [(f["subject"], f["object"]) for f in m.graph.facts()] == [("Jon", "29")]
+
+
 def test_speaker_is_checked_saved_and_replayed(tmp_path):
     m, w = agent({})
     with pytest.raises(TypeError, match="speaker must be a name"):
