@@ -48,3 +48,43 @@ def test_forms_and_settings_are_scored():
     for k in ("plain, write_speaker=off", "addressed, write_speaker=off"):
         assert f1[k] == 0.0 and subj[k] == 0.0 and res[k]["n_written"] > 0
     assert res["addressed, write_speaker=off"]["n_written"] == res["addressed, write_speaker=on"]["n_written"]
+
+
+class GoldWriter(TableBackend):
+    """Writes the gold facts a game event states, each with the first person name its input holds (else "it")
+    as the subject."""
+
+    def __init__(self, scenarios):
+        super().__init__({})
+        self.facts = {}
+        for sc in scenarios:
+            for g in sc.gold:
+                self.facts.setdefault(sc.events[g.stated].text, []).append((g.relation, g.object))
+        self.names = {e.name for sc in scenarios for e in sc.entities}
+
+    def _generate(self, prompts, *, max_new_tokens, temperature, grammar, stop, seed):
+        out = []
+        for prompt in prompts:
+            text = prompt[-1]["content"]
+            facts = next((f for said, f in self.facts.items() if text.endswith(said)), [])
+            names = [n for n in self.names if n in text]
+            subject = min(names, key=text.index) if names else "it"
+            out.append(Generation(P.writes_to_text([(subject, r, o) for r, o in facts]), 1, 1, 0.0))
+        return out
+
+
+def test_game_persona_quality_scores_both_settings():
+    from mags_lib.game.generate import evaluation_scenarios
+
+    scs = [sc for sc in evaluation_scenarios("default", n_scenarios=8, examples=False)
+           if sc.meta.get("family") == "persona"]
+    assert scs
+    w = GoldWriter(scs)
+    res = S.game_persona_quality(8, backends={r: w for r in ("ask", "write", "answer", "router")}, progress=False)
+    assert res["n_scenarios"] == len(scs)
+    on, off = res["write_speaker=on"], res["write_speaker=off"]
+    # the speaker's name first: the speaker's facts stored under the speaker (the scenarios' few facts about
+    # other people, "Cherky is the pet of Chaseaproxo", get the speaker too from this writer)
+    assert on["rates"]["stored_rate"] > 0.8 and on["counts"]["n_wrong_subject"] <= 0.2 * on["counts"]["n_matched"]
+    # the text alone names the speaker nowhere: "it" (dropped) or another person
+    assert off["rates"]["stored_rate"] < 0.5 and off["counts"]["n_gold_stored"] < on["counts"]["n_gold_stored"]

@@ -26,7 +26,10 @@ each with ``write_speaker`` off and on, plus the row's own input with its introd
 (``introduced``, the form the model was trained on) for reference. Figures per form and setting:
 exact-triplet F1 of what ``observe`` stored against the gold (micro, :func:`mags_lib.metrics.exact_matches`:
 normalised subject, relation and object), and **subject accuracy**: the share of stored triplets whose
-subject is the speaker (every gold subject is). Written to ``--out`` (JSON), one line per figure printed.
+subject is the speaker (every gold subject is). With ``--game-scenarios`` (default 40) the game's persona
+scenarios are observed too, off and on, and scored by :func:`mags_lib.game.quality.operation_quality` (stored
+gold facts, wrong subjects, wrong and missed invalidations). Written to ``--out`` (JSON), one line per figure
+printed.
 """
 
 from __future__ import annotations
@@ -41,7 +44,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-__all__ = ["FORMS", "dialogue_rows", "main", "run", "score"]
+__all__ = ["FORMS", "dialogue_rows", "game_persona_quality", "main", "run", "score"]
 
 FORMS = ("introduced", "plain", "addressed")
 # greetings of the "addressed" form: none of them is in the training data's (templates.DIALOGUE_INTROS)
@@ -142,6 +145,40 @@ def run(rows: Sequence[dict], *, write_model: str | None = None, threads: int = 
     return out
 
 
+def game_persona_quality(n_scenarios: int = 40, *, write_model: str | None = None, threads: int = 1,
+                         backends: dict | None = None, progress: bool = True) -> dict:
+    """The game's ``persona`` scenarios (:func:`mags_lib.game.generate.evaluation_scenarios`, default profile,
+    the first ``n_scenarios`` generated, examples left out): every ``say`` observed with its speaker, with
+    ``write_speaker`` off and on, then :func:`mags_lib.game.quality.operation_quality` of the memory
+    against the scenario's gold, summed over the scenarios (counts and rates)."""
+    from collections import Counter
+
+    from tqdm.auto import tqdm
+
+    from ..agent import MAGS, MAGSConfig
+    from ..game.generate import evaluation_scenarios
+    from ..game.quality import operation_quality, quality_rates
+
+    scs = [sc for sc in evaluation_scenarios("default", n_scenarios=n_scenarios, examples=False)
+           if sc.meta.get("family") == "persona"]
+    out: dict[str, Any] = {"n_scenarios": len(scs), "n_says": sum(not e.is_ask for sc in scs for e in sc.events)}
+    for write_speaker in (False, True):
+        counts: Counter = Counter()
+        n_triplets = 0
+        for sc in tqdm(scs, desc=f"persona scenarios, write_speaker={write_speaker}", disable=not progress):
+            cfg = MAGSConfig(write_model=write_model, n_threads=threads, write_speaker=write_speaker)
+            with MAGS(cfg, backends=backends) as m:
+                for e in sc.events:
+                    if not e.is_ask:
+                        n_triplets += len(m.observe(e.text, source=e.source, time=e.time, speaker=e.speaker).triplets)
+                q = operation_quality(m.graph, sc)
+            counts.update({k: v for k, v in q.items() if isinstance(v, int) and not isinstance(v, bool)})
+        out[f"write_speaker={'on' if write_speaker else 'off'}"] = {
+            "triplets": n_triplets, "counts": dict(counts),
+            "rates": {k: (round(v, 4) if v is not None else None) for k, v in quality_rates(counts).items()}}
+    return out
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     from .. import repro
 
@@ -149,6 +186,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--write-model", default=None, help="a GGUF (model or LoRA adapter); default: the embedded base")
     p.add_argument("--n", type=int, default=200, help="persona rows of the generated test worlds")
     p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--game-scenarios", type=int, default=40,
+                   help="generated game scenarios whose persona ones are also scored (0: none)")
     p.add_argument("--out", required=True)
     a = p.parse_args(argv)
     if a.n < 1 or a.threads < 1:
@@ -158,6 +197,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                    "(MAGSConfig.write_speaker); persona rows of the generated test worlds",
            "write_model": a.write_model or "embedded base", "n_rows": len(rows), "threads": a.threads,
            "results": run(rows, write_model=a.write_model, threads=a.threads)}
+    if a.game_scenarios > 0:
+        res["game_persona"] = game_persona_quality(a.game_scenarios, write_model=a.write_model, threads=a.threads)
     res["meta"] = {"git_sha": repro.git_sha(), "platform": platform.platform(), "cpu_count": os.cpu_count(),
                    "written_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
                    "command": "python -m mags_lib.bench.speaker_turns " + " ".join(sys.argv[1:] if argv is None else argv)}
@@ -165,6 +206,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     for k, v in res["results"].items():
         print(f"{k:>32}  exact F1 {v['f1']:.3f}  subject accuracy {v['subject_accuracy']}  "
               f"({v['n_written']} written, {v['n_gold']} gold)")
+    for k, v in res.get("game_persona", {}).items():
+        if isinstance(v, dict):
+            print(f"game persona, {k}: {v['triplets']} triplets, " + ", ".join(
+                f"{r} {x}" for r, x in v["rates"].items()))
     return 0
 
 
