@@ -69,17 +69,18 @@ def dialogue_rows(n: int = 200, *, seed: int = 0) -> list[dict]:
     cfg = GenerationConfig(n_train=0, n_validation=0, n_test=3 * n, seed=seed, roles=("write",),
                            write_kinds={"persona": 1.0})
     rows, _ = generate_role_splits(cfg, progress=False)
-    # rows that introduce their speaker (the data's dialogue-form rows greet someone already)
-    test = [r for r in rows["write"]["test"] if any(t.startswith("intro.") for t in r["template_ids"])][:n]
+    # rows that introduce their speaker, with their introduction's index (the data's dialogue-form rows greet
+    # someone already)
+    test = [(r, int(t.split(".")[1])) for r in rows["write"]["test"] for t in r["template_ids"]
+            if t.startswith("intro.")][:n]
     if len(test) < n:
         raise ValueError(f"the test worlds gave {len(test)} persona rows with an introduction, fewer than n={n}")
-    names = sorted({op["triplet"][0] for r in test for op in r["ops"]})
+    names = sorted({op["triplet"][0] for r, _ in test for op in r["ops"]})
     out = []
-    for i, r in enumerate(test):
+    for i, (r, intro_index) in enumerate(test):
         gold = [tuple(op["triplet"]) for op in r["ops"]]
         speaker = gold[0][0]
-        intro_id = next(t for t in r["template_ids"] if t.startswith("intro."))
-        intro = PERSONA_INTROS[int(intro_id.split(".")[1])].format(N=speaker).strip()
+        intro = PERSONA_INTROS[intro_index].format(N=speaker).strip()
         if not r["input"].startswith(intro):
             raise ValueError(f"row {r['id']}: input does not start with its introduction {intro!r}")
         plain = r["input"][len(intro):].strip()
