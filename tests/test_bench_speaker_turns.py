@@ -88,3 +88,32 @@ def test_game_persona_quality_scores_both_settings():
     assert on["rates"]["stored_rate"] > 0.8 and on["counts"]["n_wrong_subject"] <= 0.2 * on["counts"]["n_matched"]
     # the text alone names the speaker nowhere: "it" (dropped) or another person
     assert off["rates"]["stored_rate"] < 0.5 and off["counts"]["n_gold_stored"] < on["counts"]["n_gold_stored"]
+
+
+class NamedTalker(TableBackend):
+    """Turns a turn into a fact about its speaker (the object: the turn's last word) only when the turn comes
+    with the speaker's name ("Jon: ..."): the habit the small-talk rows measure."""
+
+    def _generate(self, prompts, *, max_new_tokens, temperature, grammar, stop, seed):
+        out = []
+        for prompt in prompts:
+            text = prompt[-1]["content"]
+            named = re.match(r"[A-Z]\w+: ", text)
+            last = re.findall(r"\w+", text)[-1]
+            out.append(Generation(P.writes_to_text([("I", "feels", last)]) if named else "", 1, 1, 0.0))
+        return out
+
+
+def test_small_talk_rows_are_held_out_and_scored():
+    from mags_lib.data.templates import CHIT_CHAT, DIALOGUE_INTROS, SMALL_TALK
+
+    rows = S.small_talk_rows(S.dialogue_rows(12))
+    assert len(rows) == 12 and all(not r["gold"] for r in rows)
+    trained = set(CHIT_CHAT) | set(SMALL_TALK) | {d.split(": ", 1)[1].format(A="") for d in DIALOGUE_INTROS}
+    assert not any(t in r["text"] for r in rows for t in trained if len(t) > 8)
+    w = NamedTalker({})
+    res = S.small_talk_quality(rows, progress=False, backends={r: w for r in ("ask", "write", "answer", "router")})
+    assert res["write_speaker=off"]["turns_storing_anything"] == 0.0 and res["write_speaker=off"]["triplets"] == 0
+    on = res["write_speaker=on"]
+    assert on["turns_storing_anything"] == 1.0 and on["triplets"] == 12 and len(on["examples"]) == 5
+    assert all(e["stored"][0][0] == e["speaker"] for e in on["examples"])  # "I" resolved to the speaker

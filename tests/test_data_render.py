@@ -50,7 +50,7 @@ def test_every_kind_renders_parsable_ground_truth(worlds, role, kind):
 
 
 def test_empty_output_kinds(rows):
-    for role, empty_kinds in (("write", {"noise", "question_only"}), ("ask", {"noise", "no_question"})):
+    for role, empty_kinds in (("write", {"noise", "question_only", "small_talk"}), ("ask", {"noise", "no_question"})):
         for r in rows[role]["train"]:
             assert (r["n_ops"] == 0) == (r["kind"] in empty_kinds), (r["kind"], r["input"], r["response"])
 
@@ -166,3 +166,24 @@ def test_persona_rows_include_dialogue_turns_addressed_to_someone_else(rows):
         pattern = re.escape(intro).replace(re.escape("{N}"), re.escape(name)).replace(re.escape("{A}"), r"(\w+)")
         m = re.match(pattern + " ", r["input"])
         assert m and m.group(1) != name, r["input"]  # someone else is named, and the facts are not theirs
+
+
+def test_a_speakers_small_talk_stores_nothing(rows):
+    """Small talk by a named speaker ("Jon: Congrats, that's huge!") is a turn of its own kind with no gold,
+    and persona turns sometimes carry it among their facts: the gold stays the facts alone."""
+    from mags_lib.data.render import _TALK
+
+    talk = [r for r in rows["write"]["train"] if r["kind"] == "small_talk"]
+    assert len(talk) >= 10
+    for r in talk:
+        assert r["n_ops"] == 0 and r["response"].strip() == protocol.writes_to_text([])
+        said = [_TALK[int(t.split(".")[1])] for t in r["template_ids"] if t.startswith("talk.")]
+        assert said and r["input"].endswith(" ".join(said)), r["input"]
+        speaker = r["input"].split(":")[0]
+        assert speaker and speaker[0].isupper() and " " not in speaker, r["input"]
+    persona = [r for r in rows["write"]["train"] if r["kind"] == "persona"]
+    chatty = [r for r in persona if any(t.startswith("talk.") for t in r["template_ids"])]
+    assert 0.15 < len(chatty) / len(persona) < 0.45
+    for r in chatty:
+        j = next(int(t.split(".")[1]) for t in r["template_ids"] if t.startswith("talk."))
+        assert _TALK[j] in r["input"] and r["n_ops"] == len(r["gold_facts"]) >= 1

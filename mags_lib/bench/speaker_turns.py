@@ -23,7 +23,10 @@ without its introduction, the person given as ``speaker``, in two forms:
   :data:`mags_lib.data.templates.DIALOGUE_INTROS`);
 
 each with ``write_speaker`` off and on, plus the row's own input with its introduction and no speaker
-(``introduced``, the form the model was trained on) for reference. Figures per form and setting:
+(``introduced``, the form the model was trained on) for reference; and ``small_talk``: turns of the same
+speakers that state no fact (phrases and greetings written for this benchmark, none in the training data's
+:data:`mags_lib.data.templates.SMALL_TALK` / ``CHIT_CHAT``), gold: nothing, scored by the share of turns that
+stored anything and the triplets stored. Figures per form and setting:
 exact-triplet F1 of what ``observe`` stored against the gold (micro, :func:`mags_lib.metrics.exact_matches`:
 normalised subject, relation and object), and **subject accuracy**: the share of stored triplets whose
 subject is the speaker (every gold subject is). With ``--game-scenarios`` (default 40) the game's persona
@@ -44,11 +47,19 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-__all__ = ["FORMS", "dialogue_rows", "game_persona_quality", "main", "run", "score"]
+__all__ = ["FORMS", "dialogue_rows", "game_persona_quality", "main", "run", "score", "small_talk_quality",
+           "small_talk_rows"]
 
 FORMS = ("introduced", "plain", "addressed")
 # greetings of the "addressed" form: none of them is in the training data's (templates.DIALOGUE_INTROS)
 GREETINGS = ("Hi {A}, good to see you.", "Thanks, {A}!", "Oh {A}, guess what?", "Sorry to hear that, {A}.")
+
+# small talk of the "small_talk" rows: none of it is in the training data (templates.SMALL_TALK, CHIT_CHAT)
+HELD_OUT_TALK = ("That's wonderful news!", "How was your day?", "I really appreciate it.", "You're doing great.",
+                 "Talk to you soon!", "Sounds exciting, what happened next?", "I couldn't agree more.",
+                 "Oh wow, really?", "That made me smile.", "Hope things get better soon.", "Lol, same here.",
+                 "It's so nice to hear from you.", "Good for you!", "Let me know how it turns out.",
+                 "That's so cool.", "Hang in there.", "Aww, that's adorable.", "What a lovely idea!")
 
 
 def dialogue_rows(n: int = 200, *, seed: int = 0) -> list[dict]:
@@ -90,6 +101,54 @@ def dialogue_rows(n: int = 200, *, seed: int = 0) -> list[dict]:
         greet = GREETINGS[i % len(GREETINGS)].format(A=other)
         out.append({"id": r["id"], "speaker": speaker, "introduced": r["input"], "plain": plain,
                     "addressed": f"{greet} {plain}", "gold": gold})
+    return out
+
+
+def small_talk_rows(rows: Sequence[dict]) -> list[dict]:
+    """One small-talk turn per dialogue row: its speaker says one or two held-out phrases, every other turn
+    after a held-out greeting naming someone else; ``gold`` is empty.
+
+    >>> r = small_talk_rows([{"speaker": "Jon", "gold": []}, {"speaker": "Gina", "gold": []}])
+    >>> [x["speaker"] for x in r], all(not x["gold"] and x["text"] for x in r)
+    (['Jon', 'Gina'], True)
+    """
+    names = sorted({r["speaker"] for r in rows})
+    out = []
+    for i, r in enumerate(rows):
+        said = HELD_OUT_TALK[i % len(HELD_OUT_TALK)]
+        if i % 3 == 2:
+            said += " " + HELD_OUT_TALK[(7 * i + 3) % len(HELD_OUT_TALK)]
+        if i % 2 and len(names) > 1:
+            other = names[(names.index(r["speaker"]) + 1 + i) % len(names)]
+            other = other if other != r["speaker"] else names[(names.index(r["speaker"]) + 1) % len(names)]
+            said = GREETINGS[i % len(GREETINGS)].format(A=other) + " " + said
+        out.append({"speaker": r["speaker"], "text": said, "gold": []})
+    return out
+
+
+def small_talk_quality(rows: Sequence[dict], *, write_model: str | None = None, threads: int = 1,
+                       progress: bool = True, backends: dict | None = None) -> dict:
+    """Observe each small-talk row (:func:`small_talk_rows`) with its speaker, ``write_speaker`` off and on:
+    the share of turns that stored any triplet, and the triplets stored (every one is a false fact)."""
+    from tqdm.auto import tqdm
+
+    from ..agent import MAGS, MAGSConfig
+
+    out: dict[str, Any] = {"n_turns": len(rows)}
+    for write_speaker in (False, True):
+        cfg = MAGSConfig(write_model=write_model, n_threads=threads, write_speaker=write_speaker, maintain_every=0)
+        n_any = n_trip = 0
+        examples = []
+        with MAGS(cfg, backends=backends) as m:
+            for r in tqdm(rows, desc=f"small talk, write_speaker={write_speaker}", disable=not progress):
+                trips = m.observe(r["text"], speaker=r["speaker"]).triplets
+                n_any += bool(trips)
+                n_trip += len(trips)
+                if trips and len(examples) < 5:
+                    examples.append({"speaker": r["speaker"], "text": r["text"], "stored": [list(t) for t in trips]})
+        out[f"write_speaker={'on' if write_speaker else 'off'}"] = {
+            "turns_storing_anything": round(n_any / len(rows), 4) if rows else None, "triplets": n_trip,
+            "examples": examples}
     return out
 
 
@@ -197,7 +256,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     res = {"what": "the write model on first-person dialogue turns, the speaker's name given or not "
                    "(MAGSConfig.write_speaker); persona rows of the generated test worlds",
            "write_model": a.write_model or "embedded base", "n_rows": len(rows), "threads": a.threads,
-           "results": run(rows, write_model=a.write_model, threads=a.threads)}
+           "results": run(rows, write_model=a.write_model, threads=a.threads),
+           "small_talk": small_talk_quality(small_talk_rows(rows), write_model=a.write_model, threads=a.threads)}
     if a.game_scenarios > 0:
         res["game_persona"] = game_persona_quality(a.game_scenarios, write_model=a.write_model, threads=a.threads)
     res["meta"] = {"git_sha": repro.git_sha(), "platform": platform.platform(), "cpu_count": os.cpu_count(),
@@ -207,6 +267,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     for k, v in res["results"].items():
         print(f"{k:>32}  exact F1 {v['f1']:.3f}  subject accuracy {v['subject_accuracy']}  "
               f"({v['n_written']} written, {v['n_gold']} gold)")
+    for k, v in res["small_talk"].items():
+        if isinstance(v, dict):
+            print(f"small talk, {k}: {v['turns_storing_anything']} of turns stored anything ({v['triplets']} triplets)")
     for k, v in res.get("game_persona", {}).items():
         if isinstance(v, dict):
             print(f"game persona, {k}: {v['triplets']} triplets, " + ", ".join(

@@ -67,7 +67,7 @@ class OutcomeConfig:
     max_questions: int = 4  # questions per scenario (one per gold fact, at most this many)
     roles: tuple[str, ...] = ("write", "ask")  # roles to build rows for
     write_kinds: dict[str, float] = field(default_factory=lambda: {
-        k: v for k, v in WRITE_KINDS.items() if k not in ("question_only", "noise")})  # kinds with facts
+        k: v for k, v in WRITE_KINDS.items() if k not in ("question_only", "noise", "small_talk")})  # kinds with facts
     ask_kinds: dict[str, float] = field(default_factory=lambda: {
         k: v for k, v in ASK_KINDS.items() if k not in ("no_question", "noise")})
     world: WorldConfig = field(default_factory=WorldConfig)

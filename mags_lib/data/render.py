@@ -17,7 +17,8 @@ Ground truth conventions (also the documentation of the generated datasets):
 * write: one triplet per stated fact, canonical relation labels from
   :mod:`mags_lib.data.templates`, pronouns and first person resolved to the entity name; an update
   or correction stores only the new value (the graph supersedes the old one); questions, chit-chat,
-  facts already listed under ``Memory:`` in an exchange, and gibberish store nothing;
+  a speaker's small talk (``"Jon: Congrats, that's huge!"``), facts already listed under ``Memory:`` in an
+  exchange, and gibberish store nothing;
 * ask: one query per question, ``"<subject> <noun>"`` (``"blorps diet"``), pronouns and first person
   resolved; a multi-hop question asks for the link and for the attribute of the linked entity
   (``"blorps leader"``, ``"home town of the leader of blorps"``); statements and gibberish ask nothing.
@@ -48,6 +49,7 @@ from .templates import (
     QUESTION_TAILS,
     RELATIONS_BY_KEY,
     RULE_CHANGE_PREFIXES,
+    SMALL_TALK,
     STATEMENT_LEADS,
     UPDATE_PREFIXES,
     Relation,
@@ -78,8 +80,8 @@ def _answer_kinds() -> dict[str, float]:
 
 # kind -> sampling weight
 WRITE_KINDS: dict[str, float] = {
-    "single": 0.14, "multi": 0.18, "persona": 0.12, "update": 0.12, "contradiction": 0.08,
-    "mixed": 0.1, "distractor": 0.1, "exchange": 0.06, "question_only": 0.05, "noise": 0.05,
+    "single": 0.12, "multi": 0.16, "persona": 0.12, "update": 0.12, "contradiction": 0.08,
+    "mixed": 0.08, "distractor": 0.1, "exchange": 0.06, "question_only": 0.05, "noise": 0.05, "small_talk": 0.06,
 }
 ASK_KINDS: dict[str, float] = {
     "single": 0.2, "multi": 0.16, "mixed": 0.14, "multihop": 0.14, "persona": 0.1, "distractor": 0.12,
@@ -309,6 +311,9 @@ def _w_multi(world, rng):
     return _join(sents, rng, world), trips, tids
 
 
+_TALK = CHIT_CHAT + SMALL_TALK  # what a speaker says that states no fact
+
+
 def _w_persona(world, rng):
     persons = [p for p in world.by_type("person")
                if any(RELATIONS_BY_KEY[f.relation].first_person for f in world.facts_about(p.name))]
@@ -330,7 +335,30 @@ def _w_persona(world, rng):
         sents.append(_fix(rel.first_person[j].format(O=f.object)))
         trips.append(f.triplet)
         tids.append(f"{rel.key}.fp{j}")
+    if rng.random() < 0.3:  # small talk among the facts, which stores nothing
+        j = _idx(rng, _TALK)
+        sents.insert(int(rng.integers(0, len(sents) + 1)), _TALK[j])
+        tids.append(f"talk.{j}")
     return (intro + " " + " ".join(sents)).replace(":  ", ": "), trips, tids
+
+
+def _w_small_talk(world, rng):
+    """A speaker's turn of small talk, sometimes greeting another person first: it stores nothing."""
+    persons = [p.name for p in world.by_type("person")]
+    if not persons:
+        raise _Skip("no person")
+    name = _pick(rng, persons)
+    others = [q for q in persons if q != name]
+    if others and rng.random() < 0.5:
+        ii = _idx(rng, DIALOGUE_INTROS)
+        intro, tids = DIALOGUE_INTROS[ii].format(N=name, A=_pick(rng, others)), [f"dialogue.{ii}"]
+    else:
+        intro, tids = f"{name}:", []
+    sents = []
+    for j in rng.choice(len(_TALK), size=int(rng.integers(1, 3)), replace=False):
+        sents.append(_TALK[int(j)])
+        tids.append(f"talk.{int(j)}")
+    return intro + " " + " ".join(sents), [], tids
 
 
 def _update_sentence(world, f: Fact, new: str, rng) -> tuple[str, str]:
@@ -443,7 +471,8 @@ def _w_noise(world, rng):
 
 _WRITE_RENDER = {"single": _w_single, "multi": _w_multi, "persona": _w_persona, "update": _w_update,
                  "contradiction": _w_contradiction, "mixed": _w_mixed, "distractor": _w_distractor,
-                 "exchange": _w_exchange, "question_only": _w_question_only, "noise": _w_noise}
+                 "exchange": _w_exchange, "question_only": _w_question_only, "noise": _w_noise,
+                 "small_talk": _w_small_talk}
 
 
 # -------------------------------------------------------------------------------------- ask kinds

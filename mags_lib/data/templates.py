@@ -37,6 +37,7 @@ __all__ = [
     "RELATIONS",
     "RELATIONS_BY_TYPE",
     "RULE_CHANGE_PREFIXES",
+    "SMALL_TALK",
     "UPDATE_PREFIXES",
     "Relation",
     "sentence_case",
@@ -309,6 +310,20 @@ CHIT_CHAT: tuple[str, ...] = (
     "My coffee went cold again.", "I can't believe it's already evening.", "Oops, typo.",
     "Sorry, I got distracted.", "What a week it has been.", "Bear with me.", "Right, where was I?",
     "I'll be quick.", "This is a bit random, but okay.", "Long story short.",
+)
+
+# What people say to each other in a conversation that states no fact (reactions, wishes, questions back):
+# the write data's small_talk turns ("<speaker>: <small talk>") and some persona turns carry it, gold: nothing.
+SMALL_TALK: tuple[str, ...] = (
+    "That's awesome, I'm so happy for you!", "How did it go?", "Take care of yourself!",
+    "I totally get what you mean.", "That sounds like so much fun.", "Keep it up!",
+    "What have you been up to lately?", "Thanks, that means a lot to me.", "I can't wait to hear more about it.",
+    "Wow, that's impressive!", "You deserve it.", "Let's catch up soon.", "I'm glad you liked it.",
+    "That must have been hard.", "Oh no, I'm sorry to hear that.", "Good luck with everything!",
+    "It was great talking to you.", "Tell me all about it.", "I know, right?", "Yeah, totally.",
+    "That's so sweet of you.", "I'll keep that in mind.", "How are you feeling about it?",
+    "Congrats, that's huge!", "No worries at all.", "Stay safe out there!", "I feel the same way.",
+    "Have a great weekend!", "That's a good point.", "It's been ages since we talked.",
 )
 
 UPDATE_PREFIXES: tuple[str, ...] = ("", "", "Update: ", "News: ", "Big news: ", "Heads up: ",
