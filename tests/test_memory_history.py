@@ -269,3 +269,22 @@ def test_the_measurement_of_conflict_decisions_on_the_game_schema():
     p = on["declared"]["pairs"]  # the hash embedder's cosines are exact: these counts are pinned
     assert (p["tp"], p["fp"], p["fn"]) == (5, 0, 50)  # multi-valued paraphrases share a slot, never a conflict
     assert on["declared"]["labels_undeclared"]["f1"] > off["declared"]["labels_undeclared"]["f1"]
+
+
+def test_living_near_a_place_is_no_new_home():
+    """With the real embedder "lives near" is closest to "lives in" and, undeclared, took its single-valued slot:
+    the trained writer's (Koustoltel, lives near, Groupeav Ridge) superseded (Koustoltel, lives in, Kryplesh
+    Bridge) in a game persona scenario. Nearness relations are declared multi-valued; a move still supersedes."""
+    from mags_lib import embed
+    from mags_lib.graph.engram import relation_kind
+
+    g = LiquidGraph(embed.get_minilm())
+    assert relation_kind(g, "lives near") == ("lives near", False)
+    say(g, [("Koustoltel", "lives in", "Kryplesh Bridge")], "2023-01-01", "P1")
+    say(g, [("Koustoltel", "lives near", "Groupeav Ridge")], "2023-01-02", "P2")
+    say(g, [("Koustoltel", "lives near", "the old mill")], "2023-01-03", "P3")
+    assert valid(g, "Koustoltel") == [("lives in", "Kryplesh Bridge"), ("lives near", "Groupeav Ridge"),
+                                      ("lives near", "the old mill")]
+    say(g, [("Koustoltel", "moved to", "Denver")], "2023-02-01", "P4")
+    assert ("lives in", "Kryplesh Bridge") not in valid(g, "Koustoltel")
+    assert ("lives near", "Groupeav Ridge") in valid(g, "Koustoltel")

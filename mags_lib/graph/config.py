@@ -43,6 +43,9 @@ DEFAULT_MULTI_VALUED: frozenset[str] = frozenset(
         # the game worlds' other multi-valued relations (mags_lib.data.templates, functional=False)
         "build nests from", "live for", "have natural enemy", "is allergic to", "is near", "is famous for",
         "is made of",
+        # nearness: being near one place never says where a thing is, nor that it is near nothing else
+        # ("lives near X" is no new home; by embedding it is closest to "lives in")
+        "lives near", "live near", "is close to", "lies near", "is next to", "near",
     }
 )
 # ``eat`` is single-valued: in the game's worlds a species' diet is a rule ("blorps eat only frozen
