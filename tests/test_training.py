@@ -194,18 +194,27 @@ def test_token_lengths_and_hard_prompt_selection_read_real_token_ids(tiny_base, 
 
 
 @pytest.mark.slow
-def test_a_warm_start_raises_adherence_of_the_real_model(rows, tmp_path):
-    """SmolLM2-135M, write role, trained prompt (no few-shot): strict adherence on 12 held-out inputs
-    before and after 24 steps of 4 examples, measured as the workbench runs a trained stage (its
-    evaluation, notebooks 20 / 25, the agent): llama.cpp over the embedded base, the adapter as a GGUF
-    LoRA. About 4-5 minutes on 2 quiet cores, most of it the training."""
+def test_a_warm_start_raises_adherence_of_the_real_model(tmp_path):
+    """SmolLM2-135M, write role, trained prompt (no few-shot): strict adherence on 36 held-out inputs
+    before and after 24 steps of 4 examples (48 generated rows, two epochs), measured as the workbench runs
+    a trained stage (its evaluation, notebooks 20 / 25, the agent): llama.cpp over the embedded base, the
+    adapter as a GGUF LoRA. About 2-3 minutes on 2 quiet cores, most of it the training."""
     from mags_lib.backends import load_backend
+    from mags_lib.data import GenerationConfig, generate_role_splits
     from mags_lib.metrics import adherence
     from mags_lib.models import base_model_dir
     from mags_lib.training.report import _lora_gguf
 
+    # Its own rows: 12 held-out inputs and 24 training rows (the shared tiny fixture) made the figure one
+    # row set's luck: after the write data gained small-talk rows (2026-11-29) the same recipe gave 0.50 on
+    # them, while other seeds' 24 rows gave 0.92. With 48 training rows and 36 held-out inputs, data seeds
+    # 3 / 4 / 5 gave 0.78 / 0.81 / 0.75 on the 2-core AVX-512 machine.
+    rows = generate_role_splits(GenerationConfig(n_train=48, n_validation=4, n_test=36, worlds_train=4,
+                                                 worlds_validation=1, worlds_test=2, seed=3, roles=("write",)),
+                                progress=False)[0]
     prompt = ROLE_SPECS["write"].trained
-    test = rows["write"]["test"][:12]
+    test = rows["write"]["test"]
+    assert len(test) == 36
 
     def measure(model):
         with load_backend("llamacpp", model, n_threads=1) as b:
@@ -215,7 +224,7 @@ def test_a_warm_start_raises_adherence_of_the_real_model(rows, tmp_path):
     before = measure(None)
     # 24 steps: 16 passed the floor below on earlier machines but reached 0.67 (8 of 12) on a CPU with AMX
     # (2026-11-24: other bf16 kernels, another trajectory); the floor is what the test is for and stays.
-    # Measured on an AVX2 machine (fp32) from one adapter: 0.0 -> 0.83 here; 0.75 on transformers.
+    # Measured on an AVX2 machine (fp32) from one adapter, on the fixture's 12 rows then: 0.0 -> 0.83.
     cfg = _tiny_cfg(max_steps=24, batch_size=4, save_steps=24, learning_rate=1e-3)
     cfg = dataclasses.replace(cfg, lora=LoraSpec(), threads=1)
     res = train_stage("sft", cfg, rows["write"]["train"], tmp_path / "sft", base_dir=base_model_dir(),
@@ -241,7 +250,11 @@ def test_a_time_limit_stops_the_warm_start_resumably_and_grpo_waits_for_it(tiny_
     grpo = GRPOConfig(max_steps=1, prompts_per_step=1, num_generations=2, max_completion_length=8,
                       rewards={"format": 1.0}, n_prompts=2, select_hard=False)
     cfg = dataclasses.replace(_tiny_cfg(), grpo=grpo)
-    data = {"gen": DatasetDict({"train": Dataset.from_list(rows["write"]["train"][:12])}), "seed": None,
+    # GRPO's prompts must have a gold answer shorter than max_completion_length (8 tokens): empty ones
+    train = rows["write"]["train"]
+    short = [r for r in train if r["n_ops"] == 0][:2]
+    assert len(short) == 2
+    data = {"gen": DatasetDict({"train": Dataset.from_list(short + [r for r in train if r["n_ops"]][:10])}), "seed": None,
             "seed_skipped": None, "hashes": {"t": "1"}}
     notes: list[str] = []
     limit = Deadline(0)
