@@ -210,32 +210,18 @@ def game_persona_quality(n_scenarios: int = 40, *, write_model: str | None = Non
     """The game's ``persona`` scenarios (:func:`mags_lib.game.generate.evaluation_scenarios`, default profile,
     the first ``n_scenarios`` generated, examples left out): every ``say`` observed with its speaker, with
     ``write_speaker`` off and on, then :func:`mags_lib.game.quality.operation_quality` of the memory
-    against the scenario's gold, summed over the scenarios (counts and rates)."""
-    from collections import Counter
-
-    from tqdm.auto import tqdm
-
-    from ..agent import MAGS, MAGSConfig
+    against the scenario's gold, summed over the scenarios (counts and rates;
+    :func:`mags_lib.bench.write_quality.observe_scenarios`)."""
     from ..game.generate import evaluation_scenarios
-    from ..game.quality import operation_quality, quality_rates
+    from .write_quality import observe_scenarios
 
     scs = [sc for sc in evaluation_scenarios("default", n_scenarios=n_scenarios, examples=False)
            if sc.meta.get("family") == "persona"]
     out: dict[str, Any] = {"n_scenarios": len(scs), "n_says": sum(not e.is_ask for sc in scs for e in sc.events)}
     for write_speaker in (False, True):
-        counts: Counter = Counter()
-        n_triplets = 0
-        for sc in tqdm(scs, desc=f"persona scenarios, write_speaker={write_speaker}", disable=not progress):
-            cfg = MAGSConfig(write_model=write_model, n_threads=threads, write_speaker=write_speaker)
-            with MAGS(cfg, backends=backends) as m:
-                for e in sc.events:
-                    if not e.is_ask:
-                        n_triplets += len(m.observe(e.text, source=e.source, time=e.time, speaker=e.speaker).triplets)
-                q = operation_quality(m.graph, sc)
-            counts.update({k: v for k, v in q.items() if isinstance(v, int) and not isinstance(v, bool)})
-        out[f"write_speaker={'on' if write_speaker else 'off'}"] = {
-            "triplets": n_triplets, "counts": dict(counts),
-            "rates": {k: (round(v, 4) if v is not None else None) for k, v in quality_rates(counts).items()}}
+        res = observe_scenarios(scs, write_model=write_model, threads=threads, backends=backends, progress=progress,
+                                write_speaker=write_speaker)
+        out[f"write_speaker={'on' if write_speaker else 'off'}"] = {"triplets": res["triplets"], **res["overall"]}
     return out
 
 

@@ -39,13 +39,14 @@ def observe_scenarios(scenarios: Sequence, *, write_model: str | None = None, th
     from tqdm.auto import tqdm
 
     from ..agent import MAGS, MAGSConfig
-    from ..game.quality import operation_quality, quality_rates
+    from ..game.quality import QUALITY_COUNTS, operation_quality, quality_rates
 
     overall: Counter = Counter()
     families: dict[str, Counter] = {}
     wrong: list[dict] = []
     n_triplets = 0
-    for sc in tqdm(scenarios, desc="scenarios", unit="scenario", disable=not progress):
+    desc = "scenarios" + "".join(f", {k}={v}" for k, v in config.items())
+    for sc in tqdm(scenarios, desc=desc, unit="scenario", disable=not progress):
         cfg = MAGSConfig(write_model=write_model, n_threads=threads, **config)
         with MAGS(cfg, backends=backends) as m:
             for i, e in enumerate(sc.events):
@@ -53,7 +54,7 @@ def observe_scenarios(scenarios: Sequence, *, write_model: str | None = None, th
                     n_triplets += len(m.observe(e.text, source=e.source or f"{sc.name}:{i}", time=e.time,
                                                 speaker=e.speaker).triplets)
             q = operation_quality(m.graph, sc, details=True)
-        counts = {k: v for k, v in q.items() if isinstance(v, int) and not isinstance(v, bool)}
+        counts = {k: q[k] for k in QUALITY_COUNTS}
         overall.update(counts)
         families.setdefault(sc.meta.get("family", "file"), Counter()).update(counts)
         wrong += [{"scenario": sc.name, "fact": [f["subject"], f["relation"], f["object"]], "gold": f["gold"]}
