@@ -314,6 +314,15 @@ def _w_multi(world, rng):
 _TALK = CHIT_CHAT + SMALL_TALK  # what a speaker says that states no fact
 
 
+def _greeting(rng, name: str, others: list[str]) -> tuple[str, str] | None:
+    """Half the time, when there is someone else: a dialogue turn's start, ``"<name>: <greeting naming one of
+    others>"``, and its template id; else None."""
+    if others and rng.random() < 0.5:
+        ii = _idx(rng, DIALOGUE_INTROS)
+        return DIALOGUE_INTROS[ii].format(N=name, A=_pick(rng, others)), f"dialogue.{ii}"
+    return None
+
+
 def _w_persona(world, rng):
     persons = [p for p in world.by_type("person")
                if any(RELATIONS_BY_KEY[f.relation].first_person for f in world.facts_about(p.name))]
@@ -322,9 +331,9 @@ def _w_persona(world, rng):
     chosen = [facts[i] for i in rng.choice(len(facts), size=min(len(facts), int(rng.integers(1, 4))),
                                            replace=False)]
     others = [q.name for q in world.by_type("person") if q.name != p.name]
-    if others and rng.random() < 0.5:  # a dialogue turn addressed to someone else
-        ii = _idx(rng, DIALOGUE_INTROS)
-        intro, tid = DIALOGUE_INTROS[ii].format(N=p.name, A=_pick(rng, others)), f"dialogue.{ii}"
+    greeting = _greeting(rng, p.name, others)  # a dialogue turn addressed to someone else
+    if greeting is not None:
+        intro, tid = greeting
     else:
         ii = _idx(rng, PERSONA_INTROS)
         intro, tid = PERSONA_INTROS[ii].format(N=p.name), f"intro.{ii}"
@@ -348,12 +357,8 @@ def _w_small_talk(world, rng):
     if not persons:
         raise _Skip("no person")
     name = _pick(rng, persons)
-    others = [q for q in persons if q != name]
-    if others and rng.random() < 0.5:
-        ii = _idx(rng, DIALOGUE_INTROS)
-        intro, tids = DIALOGUE_INTROS[ii].format(N=name, A=_pick(rng, others)), [f"dialogue.{ii}"]
-    else:
-        intro, tids = f"{name}:", []
+    greeting = _greeting(rng, name, [q for q in persons if q != name])
+    intro, tids = (greeting[0], [greeting[1]]) if greeting is not None else (f"{name}:", [])
     sents = []
     for j in rng.choice(len(_TALK), size=int(rng.integers(1, 3)), replace=False):
         sents.append(_TALK[int(j)])
