@@ -33,7 +33,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from .. import protocol
-from .render import ASK_KINDS, WRITE_KINDS, _question, render_example
+from .render import ASK_KINDS, EMPTY_KINDS, WRITE_KINDS, _question, render_example
 from .templates import RELATIONS_BY_KEY
 from .worlds import NameRegistry, World, WorldConfig, generate_worlds
 
@@ -67,9 +67,9 @@ class OutcomeConfig:
     max_questions: int = 4  # questions per scenario (one per gold fact, at most this many)
     roles: tuple[str, ...] = ("write", "ask")  # roles to build rows for
     write_kinds: dict[str, float] = field(default_factory=lambda: {
-        k: v for k, v in WRITE_KINDS.items() if k not in ("question_only", "noise", "small_talk")})  # kinds with facts
+        k: v for k, v in WRITE_KINDS.items() if k not in EMPTY_KINDS["write"]})  # kinds with facts
     ask_kinds: dict[str, float] = field(default_factory=lambda: {
-        k: v for k, v in ASK_KINDS.items() if k not in ("no_question", "noise")})
+        k: v for k, v in ASK_KINDS.items() if k not in EMPTY_KINDS["ask"]})
     world: WorldConfig = field(default_factory=WorldConfig)
 
     def __post_init__(self) -> None:

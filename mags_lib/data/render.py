@@ -59,6 +59,7 @@ from .worlds import Fact, NameRegistry, World, WorldConfig, draw_value, generate
 
 __all__ = [
     "ASK_KINDS",
+    "EMPTY_KINDS",
     "ROLES",
     "SPLITS",
     "WRITE_KINDS",
@@ -87,6 +88,9 @@ ASK_KINDS: dict[str, float] = {
     "single": 0.2, "multi": 0.16, "mixed": 0.14, "multihop": 0.14, "persona": 0.1, "distractor": 0.12,
     "no_question": 0.07, "noise": 0.07,
 }
+# role -> the kinds whose gold is empty (nothing to write / nothing to ask)
+EMPTY_KINDS: dict[str, frozenset[str]] = {"write": frozenset({"question_only", "noise", "small_talk"}),
+                                          "ask": frozenset({"no_question", "noise"})}
 
 
 @dataclass
