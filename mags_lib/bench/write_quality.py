@@ -11,7 +11,9 @@ through :meth:`MAGS.observe` with its source, time and speaker, as :func:`mags_l
 it; the questions are not asked (no reader is needed, so the write model alone is measured; recall's Hebbian
 updates change no fact's validity). Then :func:`mags_lib.game.quality.operation_quality` of the memory: wrong
 and missed invalidations, duplicate entities, wrong subjects, gold facts stored -- overall and per rule family,
-with every wrongly invalidated fact listed (the fact, the gold fact it matches, the scenario). Written to
+with every wrongly invalidated fact listed (the fact, the gold fact it matches, the scenario) and every missed
+invalidation (the old value memory still holds as valid, the say that changed it, and what memory wrote for the
+new value: the form the write model gave the update). Written to
 ``--out`` (JSON); one line per family printed.
 """
 
@@ -28,14 +30,14 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-__all__ = ["main", "observe_scenarios"]
+__all__ = ["main", "missed_invalidations", "observe_scenarios"]
 
 
 def observe_scenarios(scenarios: Sequence, *, write_model: str | None = None, threads: int = 1,
                       backends: dict | None = None, progress: bool = True, **config: Any) -> dict:
     """Observe every ``say`` of each scenario in a fresh :class:`MAGS` (``config``: more ``MAGSConfig``
-    fields) and score its memory: ``{"overall", "families", "wrong_invalidations", "n_scenarios",
-    "triplets"}`` (``overall`` / ``families[f]``: summed counts and their rates)."""
+    fields) and score its memory: ``{"overall", "families", "wrong_invalidations", "missed_invalidations",
+    "n_scenarios", "triplets"}`` (``overall`` / ``families[f]``: summed counts and their rates)."""
     from tqdm.auto import tqdm
 
     from ..agent import MAGS, MAGSConfig
@@ -44,6 +46,7 @@ def observe_scenarios(scenarios: Sequence, *, write_model: str | None = None, th
     overall: Counter = Counter()
     families: dict[str, Counter] = {}
     wrong: list[dict] = []
+    missed: list[dict] = []
     n_triplets = 0
     desc = "scenarios" + "".join(f", {k}={v}" for k, v in config.items())
     for sc in tqdm(scenarios, desc=desc, unit="scenario", disable=not progress):
@@ -59,13 +62,40 @@ def observe_scenarios(scenarios: Sequence, *, write_model: str | None = None, th
         families.setdefault(sc.meta.get("family", "file"), Counter()).update(counts)
         wrong += [{"scenario": sc.name, "fact": [f["subject"], f["relation"], f["object"]], "gold": f["gold"]}
                   for f in q["facts"] if not f["valid"] and f["status"] == "matched" and f["gold_holds"]]
+        missed += missed_invalidations(sc, q["facts"])
 
     def table(c: Counter) -> dict:
         return {"counts": dict(c), "rates": {k: (round(v, 4) if v is not None else None)
                                              for k, v in quality_rates(c).items()}}
 
     return {"n_scenarios": len(scenarios), "triplets": n_triplets, "overall": table(overall),
-            "families": {f: table(c) for f, c in sorted(families.items())}, "wrong_invalidations": wrong}
+            "families": {f: table(c) for f, c in sorted(families.items())}, "wrong_invalidations": wrong,
+            "missed_invalidations": missed}
+
+
+def missed_invalidations(scenario, facts: Sequence[dict]) -> list[dict]:
+    """The missed invalidations of one scenario's memory, from ``operation_quality(..., details=True)["facts"]``:
+    per superseded gold fact that memory still holds as valid, ``{"scenario", "gold", "still_valid", "update",
+    "new_value"}`` -- the old value's valid memory facts, the say that changed it, and the memory facts matched
+    to the gold facts that say states about the same subject (``[s, r, o, valid]``; empty: the new value was not
+    stored in a form that matches; a row there beside a still-valid old one is a relation or subject the
+    conflict rule did not take for the same slot)."""
+    by_gold: dict[int, list[dict]] = {}
+    for f in facts:
+        if f["status"] == "matched":
+            by_gold.setdefault(f["gold_index"], []).append(f)
+    out = []
+    for gi, g in enumerate(scenario.gold):
+        valid = [f for f in by_gold.get(gi, []) if f["valid"]]
+        if g.superseded is None or not valid:
+            continue
+        succ = [hi for hi, h in enumerate(scenario.gold) if h.stated == g.superseded and h.subject == g.subject]
+        out.append({"scenario": scenario.name, "gold": f"{g.subject} | {g.relation} | {g.object}",
+                    "still_valid": [[f["subject"], f["relation"], f["object"]] for f in valid],
+                    "update": scenario.events[g.superseded].text,
+                    "new_value": [[f["subject"], f["relation"], f["object"], f["valid"]]
+                                  for hi in succ for f in by_gold.get(hi, [])]})
+    return out
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -116,7 +116,8 @@ def operation_quality(graph, scenario: Scenario, *, embedder=None, details: bool
     embedder : Embedder, optional
         For the similarity rules (default: the graph's own embedder).
     details : bool
-        Also return ``"facts"`` (every memory fact with its status and gold match) and
+        Also return ``"facts"`` (every memory fact with its status and gold match: ``gold`` as text,
+        ``gold_index`` into ``scenario.gold``) and
         ``"entities"`` (gold entity -> matching node texts).
 
     Returns
@@ -186,6 +187,7 @@ def operation_quality(graph, scenario: Scenario, *, embedder=None, details: bool
             rows.append({"subject": f["subject"], "relation": f["relation"], "object": f["object"],
                          "valid": f["valid"], "status": status,
                          "gold": None if g is None else f"{g.subject} | {g.relation} | {g.object}",
+                         "gold_index": gi,
                          "gold_holds": None if g is None else g.superseded is None})
     c["n_gold"] = len(gold)
     c["n_gold_stored"] = len(matched_gold)
