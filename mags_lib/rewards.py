@@ -338,14 +338,28 @@ def answer_correct_reward(completions: Sequence, aliases: Sequence[Sequence[str]
 
 
 def abstention_reward(completions: Sequence, aliases: Sequence[Sequence[str]] | None = None,
-                      **kwargs) -> list[float]:
-    """1.0 when the output abstains exactly when nothing answers (no alias), whatever else it says.
+                      wrong_answer: float = 1.0, **kwargs) -> list[float]:
+    """1.0 when the output abstains exactly when nothing answers (no alias), else 0.0; ``wrong_answer``: the
+    score of an answer to an answerable question that is wrong (default 1.0: it did not abstain, whatever
+    else it says).
+
+    With the default, beside ``answer_correct``, a wrong guess scores more than abstaining on an answerable
+    question, so GRPO learns to guess; ``wrong_answer=-1`` makes it a selective-answering reward (with weights
+    1 / w: answer when the chance of being right exceeds w / (1 + 2w)), README "Training the memory operators".
 
     >>> abstention_reward(["figs", "I don't know", "figs", "not in memory"], aliases=[["figs"], ["figs"], [], []])
     [1.0, 0.0, 0.0, 1.0]
+    >>> abstention_reward(["figs", "plums", "I don't know"], aliases=[["figs"]] * 3, wrong_answer=-1.0)
+    [1.0, -1.0, 0.0]
     """
-    return [float(is_abstention(completion_text(c)) == (not a))
-            for c, a in zip(completions, _aliases(aliases, len(completions)))]
+    out = []
+    for c, a in zip(completions, _aliases(aliases, len(completions))):
+        text = completion_text(c)
+        ok = float(is_abstention(text) == (not a))
+        if ok and a and not answer_correct(text, a):
+            ok = float(wrong_answer)
+        out.append(ok)
+    return out
 
 
 def brevity_reward(completions: Sequence, response: Sequence[str] | str | None = None, *, slack: float = 1.5,

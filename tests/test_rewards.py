@@ -111,6 +111,12 @@ CASES = [
     ("abstention", {"aliases": ["figs"]}, "I do not know", 0.0),
     # answers although nothing does
     ("abstention", {"aliases": []}, "figs", 0.0),
+    # selective answering (wrong_answer=-1): a wrong guess costs more than abstaining ...
+    ("abstention", {"aliases": ["figs"], "wrong_answer": -1.0}, "plums", -1.0),
+    # ... a right answer and a right abstention score as before
+    ("abstention", {"aliases": ["figs"], "wrong_answer": -1.0}, "Figs.", 1.0),
+    ("abstention", {"aliases": [], "wrong_answer": -1.0}, "Not in memory.", 1.0),
+    ("abstention", {"aliases": ["figs"], "wrong_answer": -1.0}, "I do not know", 0.0),
     # ---- brevity (words beyond 1.5 x gold words + 2)
     # as long as gold
     ("brevity", {"response": "frozen lemons"}, "frozen lemons", 0.0),

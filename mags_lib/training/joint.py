@@ -92,7 +92,7 @@ def joint_config(configs: Mapping[str, TrainConfig]) -> TrainConfig:
     >>> from mags_lib.training import profile_config
     >>> j = joint_config({r: profile_config(r, "default") for r in ("ask", "write", "answer")})
     >>> j.role, j.sft.max_steps, j.grpo.max_steps, j.grpo.max_completion_length, sorted(j.grpo.rewards)
-    ('joint', 860, 30, 128, ['by_role'])
+    ('joint', 1200, 30, 128, ['by_role'])
     """
     roles = _roles(configs)
     first = configs[roles[0]]
