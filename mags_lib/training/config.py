@@ -272,9 +272,9 @@ def _profile_values(role: str, profile: str) -> dict:
         # invalidations 4 / 106 -> 4 / 124, gold facts stored 0.81 -> 0.90; 1,477 s (README, "The default profile on
         # the AVX-512 machine").
         # The reader 260 -> 600 steps (2026-11-29, AVX-512 machine): held out, the 500 test rows, warm start
-        # accuracy 0.786 -> 0.888 (440 steps) -> 0.914 (600), abstention accuracy 0.803 -> 0.913 -> 0.951; 2,046 s
-        # for the 600 (README, "The reader's warm start 260 -> 600 steps"): the checkpoints of the 260-step run had
-        # looked flat, the longer schedule (fresh rows, later decay) was not.
+        # accuracy 0.786 -> 0.888 (440 steps) -> 0.914 (600), abstention accuracy 0.803 -> 0.913 -> 0.951; a warm
+        # start of 1,967 s for the 600 (README, "The reader's warm start 260 -> 600 steps"): the checkpoints of the
+        # 260-step run had looked flat, the longer schedule (fresh rows, later decay) was not.
         write = dict(batching="random", loss_average="sequence") if role == "write" else {}
         steps = {"ask": 200, "write": 400, "answer": 600}[role]
         return dict(sft=dict(max_steps=steps, batch_size=8, save_steps=10, n_generated=8 * steps, n_seed=320, **write),
