@@ -25,7 +25,7 @@ def _cfg(role: str, rewards: dict, steps: int = 2) -> TrainConfig:
 def test_the_joint_budget_is_the_sum_and_disagreements_are_errors():
     configs = {r: profile_config(r, "default") for r in ("ask", "write", "answer")}
     j = joint_config(configs)
-    assert j.sft.max_steps == 200 + 400 + 600 and j.grpo.max_steps == 30
+    assert j.sft.max_steps == 200 + 600 + 600 and j.grpo.max_steps == 30
     assert j.sft.n_generated == sum(c.sft.n_generated for c in configs.values())
     assert j.grpo.reward_options["by_role"]["roles"]["write"]["rewards"] == configs["write"].grpo.rewards
     with pytest.raises(ValueError, match="seed"):

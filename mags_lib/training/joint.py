@@ -53,7 +53,7 @@ def scaled_config(cfg: TrainConfig, scale: float) -> TrainConfig:
     >>> from mags_lib.training import profile_config
     >>> c = scaled_config(profile_config("write", "default"), 0.2)
     >>> c.sft.max_steps, c.sft.n_generated, c.sft.n_seed, c.grpo.max_steps
-    (80, 640, 64, 2)
+    (120, 960, 64, 2)
     """
     if not 0 < scale:
         raise ValueError(f"scale must be > 0, got {scale!r}")
@@ -92,7 +92,7 @@ def joint_config(configs: Mapping[str, TrainConfig]) -> TrainConfig:
     >>> from mags_lib.training import profile_config
     >>> j = joint_config({r: profile_config(r, "default") for r in ("ask", "write", "answer")})
     >>> j.role, j.sft.max_steps, j.grpo.max_steps, j.grpo.max_completion_length, sorted(j.grpo.rewards)
-    ('joint', 1200, 30, 128, ['by_role'])
+    ('joint', 1400, 30, 128, ['by_role'])
     """
     roles = _roles(configs)
     first = configs[roles[0]]
