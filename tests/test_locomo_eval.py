@@ -359,6 +359,8 @@ def test_recall_variants_latency_and_summary(tiny):
     t = s["targets"]
     assert t["mags_recall@10_ge_dense_on_every_conversation"] == (not t["conversations_below_dense"])
     assert t["mags_recall@10_overall"] == s["overall"]["mags (episodes only)"]["recall@10"]
+    assert [(i["sample_id"], i["write"]) for i in s["ingest"]] == [("tiny", "episodes")]  # the cost per memory built
+    assert s["ingest"][0]["turns"] == len(TURNS) and s["ingest"][0]["seconds"] >= 0
     assert json.dumps(s)
     with pytest.raises(ValueError, match="recall_variants"):
         _cfg(recall_variants=("bogus",))
@@ -391,6 +393,16 @@ def test_the_command_line_takes_the_models_and_the_reader_memories(tmp_path, mon
     with pytest.raises(Stop):
         E.main(["--profile", "smoke", "--out", str(tmp_path), "--embedder", "e5-small", "--no-qa"])
     assert seen[-1].embedder == "e5-small" and seen[-1].qa_systems == ()
+    with pytest.raises(Stop):
+        E.main(["--profile", "smoke", "--out", str(tmp_path), "--models", "trained", "--write-model", "w.gguf",
+                "--model-conversations", "10", "--no-qa"])
+    assert seen[-1].mags_kwargs == {"models": "trained", "write_model": "w.gguf"}
+    assert seen[-1].model_conversations == 10 and seen[-1].qa_systems == ()
+    with pytest.raises(Stop):
+        E.main(["--profile", "smoke", "--out", str(tmp_path), "--write-model", "w.gguf"])
+    assert seen[-1].mags_kwargs == {"write_model": "w.gguf"} and seen[-1].model_conversations == 1
+    with pytest.raises(ValueError, match="model_conversations"):
+        E.main(["--profile", "smoke", "--out", str(tmp_path), "--model-conversations", "-1"])
     with pytest.raises(ValueError, match="qa_systems takes"):
         E.main(["--profile", "smoke", "--out", str(tmp_path), "--qa-systems", "graph,oracle"])
     with pytest.raises(SystemExit):

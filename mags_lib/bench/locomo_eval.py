@@ -899,6 +899,12 @@ def main(argv: Sequence[str] | None = None) -> int:
                    help="MAGS memories without maintenance (nothing decays or is pruned): recall over every turn")
     p.add_argument("--models", choices=("base", "trained"), default="base",
                    help="the MAGS models: embedded base, or trained (models/<role>/default/, notebook 20)")
+    p.add_argument("--write-model", default=None,
+                   help="the write model of the write-model memory: a .gguf file or an adapter folder "
+                        "(overrides --models for the write role)")
+    p.add_argument("--model-conversations", type=int, default=None,
+                   help="conversations given the write-model memory, shortest first (default: the profile's; "
+                        "10: all)")
     p.add_argument("--qa-systems", default="",
                    help="comma-separated reader memories to compare (default: none,rag,full_context,graph)")
     p.add_argument("--seed", type=int, default=0)
@@ -926,6 +932,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         over["qa_systems"] = ()
     if a.models != "base":
         over["mags_kwargs"] = {"models": a.models}
+    if a.write_model:
+        over["mags_kwargs"] = {**over.get("mags_kwargs", {}), "write_model": a.write_model}
+    if a.model_conversations is not None:
+        over["model_conversations"] = a.model_conversations
     if a.no_dynamics:
         over["dynamics"] = False
     cfg = LoCoMoBenchConfig.for_profile(a.profile, **over)
@@ -984,6 +994,7 @@ def recall_summary_json(res: BenchResult, *, tuned_on: Sequence[str] = (), comma
         "metric": "evidence recall@k: share of a question's evidence dia_ids among the sources of the top k",
         "overall": overall, "held_out": table(held) if tuned_on else None, "per_conversation": per_conv,
         "published": _jsonable(PUBLISHED), "recall_variants": {k: RECALL_VARIANTS[k] for k in res.config.recall_variants},
+        "ingest": _jsonable(res.ingest),
     }
     dense = f"dense-{res.config.embedder}"
     mags = next((n for n in overall if n.startswith("mags (episodes only)") and "[" not in n), None)
