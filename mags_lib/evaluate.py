@@ -261,7 +261,8 @@ def before_sets(profile: str = "default", root: str | Path | None = None,
                 sources: Sequence[str] = ("gen", "seed"), roles: Sequence[str] = ROLE_NAMES, *,
                 split: str = "test", note: Callable[[str], None] | None = print) -> dict[str, list[dict]]:
     """Held-out splits of the processed datasets of ``profile`` (``gen_ask``, ``gen_write``,
-    ``gen_answer``, ``seed_ask``, ``seed_write``). The seed datasets are optional: when they were
+    ``gen_answer``, ``seed_ask``, ``seed_write``, and ``gen_answer_textworld`` when it was built:
+    :mod:`mags_lib.data.textworld`). The seed datasets are optional: when they were
     not imported, ``note`` gets one line saying they were skipped and how to add them."""
     from .data import dataset_name, load_processed, processed_root
 
@@ -274,6 +275,12 @@ def before_sets(profile: str = "default", root: str | Path | None = None,
             if source == "seed" and not (processed_root(root) / name / "data").exists():
                 missing.append(name)
                 continue
+            sets[name] = load_processed(name, root=root)[split].to_list()
+    if "gen" in sources and "answer" in roles:  # the TextWorld-register rows, an optional training input
+        from .data.textworld import dataset_name_tw
+
+        name = dataset_name_tw(profile)
+        if (processed_root(root) / name / "data").exists():
             sets[name] = load_processed(name, root=root)[split].to_list()
     if missing and note is not None:
         note(f"seed sets skipped ({', '.join(missing)} not in data/processed): notebook 10 imports them when "

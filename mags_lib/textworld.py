@@ -1545,6 +1545,19 @@ def make_system(name: str, *, entities: Sequence[str] = (), steps: Sequence[Step
     return MAGS(cfg, backends=dict(backends) if backends else None)
 
 
+def _base_of(name: str, base: Mapping[str, Any] | None, trained: Mapping[str, Any] | None) -> dict:
+    """The shared ``base`` fields, and ``trained`` on top for a system that reads with the trained models.
+
+    >>> _base_of("rag", {"n_threads": 1}, {"trained_tag": "tw"}), _base_of("rag_trained", None, {"trained_tag": "tw"})
+    ({'n_threads': 1}, {'trained_tag': 'tw'})
+    """
+    spec = SYSTEMS.get(name)
+    out = dict(base or {})
+    if trained and isinstance(spec, dict) and spec.get("models") == "trained":
+        out.update(trained)
+    return out
+
+
 def _unavailable(name: str, base: Mapping[str, Any] | None) -> str | None:
     """None when system ``name`` can be built here, else why not (models checked, not loaded)."""
     if SYSTEMS[name] is None:
@@ -1587,11 +1600,14 @@ def memory_path(root: str | Path, system: str, game: str) -> Path:
 def state_question_study(specs: Sequence[GameSpec], systems: Sequence[str], config: PlayConfig | None = None, *,
                          seed: int = 0, cache_dir: str | Path | None = None, base: Mapping[str, Any] | None = None,
                          n_jobs: int = 1, progress: bool = True, save_memories: str | Path | None = None,
-                         ) -> tuple[list[dict], list[dict], dict[str, str]]:
+                         trained: Mapping[str, Any] | None = None) -> tuple[list[dict], list[dict], dict[str, str]]:
     """Play each game once, ask its questions to every system; returns (records, scenarios, skipped).
 
     ``systems`` are names of :data:`SYSTEMS` (an unknown name raises ``ValueError`` before anything
-    plays); ``base`` holds ``MAGSConfig`` fields shared by every MAGS system (e.g. shorter outputs).
+    plays); ``base`` holds ``MAGSConfig`` fields shared by every MAGS system (e.g. shorter outputs);
+    ``trained`` more fields for the systems that read with the trained models only (``mags_trained``,
+    ``rag_trained``), e.g. ``{"answer_model": "models/answer/tw/gguf/model-q8_0.gguf"}`` to try another
+    trained reader while the base-model systems stay as they are.
     The games are generated and played here; the (game, system) pairs then run over ``n_jobs``
     processes (joblib; 1: in this process), each from a fresh system with the same seed, so the
     records are the same, in the same order, for any ``n_jobs`` (greedy decoding).
@@ -1609,7 +1625,7 @@ def state_question_study(specs: Sequence[GameSpec], systems: Sequence[str], conf
     if unknown:
         raise ValueError(f"unknown systems {unknown}; choose from {sorted(SYSTEMS)}")
     cfg = config or PlayConfig()
-    skipped = {n: why for n in dict.fromkeys(systems) if (why := _unavailable(n, base)) is not None}
+    skipped = {n: why for n in dict.fromkeys(systems) if (why := _unavailable(n, _base_of(n, base, trained))) is not None}
     runnable = [n for n in dict.fromkeys(systems) if n not in skipped]
     games, scenarios = [], []
     for spec in tqdm(list(specs), desc="games", disable=not progress):
@@ -1620,7 +1636,7 @@ def state_question_study(specs: Sequence[GameSpec], systems: Sequence[str], conf
         games.append((spec, gf, steps, ents, sc))
     tasks = [(g, name) for g in games for name in runnable]
     par = Parallel(n_jobs=n_jobs, return_as="generator")
-    out = par(delayed(_system_on_game)(name, sc, steps, ents, seed, base,
+    out = par(delayed(_system_on_game)(name, sc, steps, ents, seed, _base_of(name, base, trained),
                                        None if save_memories is None else str(memory_path(save_memories, name, gf.name)))
               for (_, gf, steps, ents, sc), name in tasks)
     records = []
@@ -1631,13 +1647,13 @@ def state_question_study(specs: Sequence[GameSpec], systems: Sequence[str], conf
     return records, scenarios, skipped
 
 
-def _episode(gf: GameFile, agent: str, config: AgentConfig) -> EpisodeResult:
+def _episode(gf: GameFile, agent: str, config: AgentConfig, base: Mapping[str, Any] | None = None) -> EpisodeResult:
     """One episode of ``agent`` (``"none"``, ``"perfect"`` or a MAGS system) on ``gf``."""
     if agent == "none":
         return run_episode(gf, None, config)
     if agent == "perfect":
         return run_episode(gf, config=config, perfect_memory=True)
-    system = make_system(agent, seed=config.seed)
+    system = make_system(agent, seed=config.seed, **dict(base or {}))
     try:
         return run_episode(gf, system, config)
     finally:
@@ -1646,7 +1662,7 @@ def _episode(gf: GameFile, agent: str, config: AgentConfig) -> EpisodeResult:
 
 def agent_study(specs: Sequence[GameSpec], agents: Sequence[str], config: AgentConfig | None = None, *,
                 episodes: int = 1, cache_dir: str | Path | None = None, n_jobs: int = 1,
-                progress: bool = True) -> tuple[list[dict], dict[str, str]]:
+                progress: bool = True, trained: Mapping[str, Any] | None = None) -> tuple[list[dict], dict[str, str]]:
     """Episodes of :class:`MemoryAgent` on each game: ``"none"`` or a system of :data:`SYSTEMS`.
 
     Here ``"none"`` is the agent *without* memory (it observes and asks nothing: random exits), not
@@ -1655,7 +1671,8 @@ def agent_study(specs: Sequence[GameSpec], agents: Sequence[str], config: AgentC
     Episode ``i`` of a game uses ``config.seed + i``. The games are generated here, the episodes run
     over ``n_jobs`` processes (joblib; 1: in this process): each is independent, so the rows are the
     same, in the same order, for any ``n_jobs``. Returns (rows, skipped systems with reasons): an
-    unknown name or a system whose models are missing is skipped with the reason.
+    unknown name or a system whose models are missing is skipped with the reason. ``trained``: as in
+    :func:`state_question_study`.
     """
     from joblib import Parallel, delayed
     from tqdm.auto import tqdm
@@ -1664,13 +1681,14 @@ def agent_study(specs: Sequence[GameSpec], agents: Sequence[str], config: AgentC
     skipped = {}
     for a in dict.fromkeys(agents):
         if a != "none":
-            why = _unavailable(a, None) if a in SYSTEMS else f"unknown system {a!r}"
+            why = _unavailable(a, _base_of(a, None, trained)) if a in SYSTEMS else f"unknown system {a!r}"
             if why is not None:
                 skipped[a] = why
     games = {spec: make_game(spec, cache_dir=cache_dir) for spec in specs}  # compiled once, before the workers
     jobs = [(s, i, a) for s in specs for i in range(episodes) for a in agents if a not in skipped]
     par = Parallel(n_jobs=n_jobs, return_as="generator")
-    out = par(delayed(_episode)(games[spec], agent, dataclasses.replace(cfg, seed=cfg.seed + i))
+    out = par(delayed(_episode)(games[spec], agent, dataclasses.replace(cfg, seed=cfg.seed + i),
+                                _base_of(agent, None, trained) if agent in SYSTEMS else None)
               for spec, i, agent in jobs)
     rows = []
     for (spec, i, agent), r in zip(jobs, tqdm(out, total=len(jobs), desc="episodes", disable=not progress)):

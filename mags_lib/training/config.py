@@ -106,10 +106,21 @@ class SFTConfig:
     save_steps: int = _f(25, "checkpoint every this many steps (resume point after an interruption)")
     save_total_limit: int = _f(2, "checkpoints kept")
     logging_steps: int = _f(1, "log loss and learning rate every this many steps (CSV)")
+    extra_data: dict[str, int] = _f({}, "more processed datasets of the role mixed into the rows: folder name under "
+                                        "data/processed -> train rows used (-1: all), e.g. "
+                                        "{'gen_answer_textworld': 600} (mags_lib.data.textworld)")
+    init_from: str | None = _f(None, "run tag of a finished run of this role whose final adapter the warm start "
+                                     "continues (None: a new LoRA on the base model)")
 
     def __post_init__(self) -> None:
         _positive(self, "max_steps", "batch_size", "max_length", "save_steps", "save_total_limit",
                   "logging_steps")
+        for name, n in dict(self.extra_data).items():
+            if not isinstance(name, str) or not name or "/" in name or not isinstance(n, int) or n < -1 or n == 0:
+                raise ValueError(f"extra_data maps a dataset folder name to a row count >= 1 or -1 (all), got "
+                                 f"{name!r}: {n!r}")
+        if self.init_from is not None and (not isinstance(self.init_from, str) or not self.init_from.strip()):
+            raise ValueError(f"init_from must be None or a run tag, got {self.init_from!r}")
         if not 0 < self.learning_rate < 1:
             raise ValueError(f"learning_rate must be in (0, 1), got {self.learning_rate}")
         if not 0 <= self.warmup_ratio < 1 or self.weight_decay < 0:

@@ -142,18 +142,37 @@ def _fix_special_tokens(tok, model):
 
 # ------------------------------------------------------------------------------------------------
 # data
-def load_role_data(role: str, profile: str, *, root: str | Path | None = None) -> dict:
+def load_role_data(role: str, profile: str, *, root: str | Path | None = None,
+                   extra: Sequence[str] = ()) -> dict:
     """The processed datasets of ``role``: ``{"gen": DatasetDict, "seed": DatasetDict | None,
-    "seed_skipped": str | None, "hashes": {name: content hash}}``.
+    "seed_skipped": str | None, "extra": {name: DatasetDict}, "hashes": {name: content hash}}``.
 
     The seed datasets are optional: when ``data/processed/seed_<role>[_<profile>]`` does not exist,
     ``seed`` is ``None`` and ``seed_skipped`` is the one line saying so and how to add them.
+    ``extra``: more dataset folders (``SFTConfig.extra_data``); a missing one is an error saying how to
+    build it, and a dataset of another role is refused.
     """
     from ..data import dataset_name, load_card, load_processed, processed_root
 
+    cards = {}
+    for name in extra:  # checked before anything loads
+        if not (processed_root(root) / name / "data").exists():
+            hint = (" (mags_lib.data.textworld.build_textworld_answer; notebook 20 builds it when its sft parameter's "
+                    "extra_data names it)"
+                    if name.startswith("gen_answer_textworld") else "")
+            raise FileNotFoundError(f"extra training data {name!r} is not in {processed_root(root)}: build it first"
+                                    f"{hint}, or drop it from SFTConfig.extra_data")
+        card = load_card(name, root=root)
+        if card.get("role") not in (None, role) or (card.get("role") is None and role == "answer"):
+            raise ValueError(f"extra training data {name!r} holds {card.get('role') or 'ask/write'} rows, not {role} "
+                             "rows: mix only datasets of the role")
+        cards[name] = card
     gen_name = dataset_name("gen", role, profile)
     out: dict[str, Any] = {"gen": load_processed(gen_name, root=root), "seed": None, "seed_skipped": None,
-                           "hashes": {gen_name: load_card(gen_name, root=root)["content_hash"]}}
+                           "extra": {}, "hashes": {gen_name: load_card(gen_name, root=root)["content_hash"]}}
+    for name, card in cards.items():
+        out["extra"][name] = load_processed(name, root=root)
+        out["hashes"][name] = card["content_hash"]
     if role == "answer":
         return out
     seed_name = dataset_name("seed", role, profile)
@@ -184,6 +203,11 @@ def training_rows(data: dict, cfg: TrainConfig) -> list[dict]:
     rows = _take(gen, cfg.sft.n_generated or -1, rng)
     if data.get("seed") is not None and cfg.sft.n_seed != 0:
         rows += _take(data["seed"]["train"].to_list(), cfg.sft.n_seed, rng)
+    for name, n in cfg.sft.extra_data.items():
+        if name not in (data.get("extra") or {}):
+            raise ValueError(f"SFTConfig.extra_data names {name!r}, which the loaded data lacks: load it with "
+                             f"load_role_data(..., extra={sorted(cfg.sft.extra_data)})")
+        rows += _take(data["extra"][name]["train"].to_list(), n, rng)
     order = rng.permutation(len(rows))
     return [rows[i] for i in order]
 
@@ -461,8 +485,11 @@ def _bf16_ok(requested: bool) -> bool:
 def _stage_ident(stage: str, cfg: TrainConfig, rows: Sequence[dict], *, base_dir: Path, prompt: Prompts,
                  data_hashes: dict, init_adapter: Path | None) -> dict:
     """What names a stage's content (its hash decides skip / resume / replace)."""
-    stage_cfg = cfg.sft if stage == "sft" else cfg.grpo
-    return {"stage": stage, "stage_config": dataclasses.asdict(stage_cfg), "lora": dataclasses.asdict(cfg.lora),
+    stage_cfg = dataclasses.asdict(cfg.sft if stage == "sft" else cfg.grpo)
+    for name in ("extra_data", "init_from"):  # added 2026-11-29: at their defaults they leave earlier runs' hashes
+        if name in stage_cfg and not stage_cfg[name]:
+            del stage_cfg[name]
+    return {"stage": stage, "stage_config": stage_cfg, "lora": dataclasses.asdict(cfg.lora),
             "seed": cfg.seed, "role": cfg.role, "base": _base_model_id(base_dir), "data": data_hashes,
             "prompt": _prompt_ident(prompt), "n_rows": len(rows), "rows": rows_hash(rows),
             "init": json.loads((init_adapter / "meta.json").read_text())["content_hash"] if init_adapter else None}
@@ -528,7 +555,8 @@ def train_stage(stage: str, cfg: TrainConfig, rows: Sequence[dict], folder: Path
         The role's trained prompt, or ``{role: spec}`` when one model learns several roles
         (:mod:`~mags_lib.training.joint`): each row is then prompted by its own ``role``'s spec.
     init_adapter : Path, optional
-        GRPO: the warm-start adapter it continues (the KL reference is a frozen copy of it).
+        GRPO: the warm-start adapter it continues (the KL reference is a frozen copy of it); SFT: a finished
+        adapter the warm start continues (``SFTConfig.init_from``).
     stop_after : int, optional
         Stop after this many steps (the run stays resumable and is not marked finished).
     callbacks : list of transformers.TrainerCallback, optional
@@ -821,7 +849,8 @@ def train_role(role: str, *, run_tag: str, config: TrainConfig, data: dict | Non
     if config.role != role:
         raise ValueError(f"config is for role {config.role!r}, not {role!r}")
     t0 = time.perf_counter()
-    data = data if data is not None else load_role_data(role, config.profile, root=data_root)
+    data = data if data is not None else load_role_data(role, config.profile, root=data_root,
+                                                        extra=tuple(config.sft.extra_data))
     if data.get("seed_skipped"):
         note(data["seed_skipped"])
     base_dir = base_model_dir(models_root)
@@ -833,10 +862,22 @@ def train_role(role: str, *, run_tag: str, config: TrainConfig, data: dict | Non
         ident = _stage_ident("sft", config, rows, base_dir=base_dir, prompt=prompt, data_hashes=data["hashes"],
                              init_adapter=None)
         reuse_warm_start(run_dir(role, warm_start, models_root) / "sft", folder / "sft", stage_hash(ident), note)
+    init = None
+    if config.sft.init_from is not None:  # continue a finished run's final adapter
+        if warm_start is not None:
+            raise ValueError("init_from (continue another run's adapter) and warm_start (reuse its warm start) "
+                             "exclude each other")
+        src = read_run_meta(run_dir(role, config.sft.init_from, models_root))
+        if src is None:
+            raise FileNotFoundError(f"init_from={config.sft.init_from!r}: no finished {role} run at "
+                                    f"{run_dir(role, config.sft.init_from, models_root)}; train it first")
+        init = run_dir(role, config.sft.init_from, models_root) / src["final_stage"]
+        if init.resolve() == (folder / "sft").resolve():
+            raise ValueError("init_from names this run itself: give the variant its own run tag")
     results = {}
     results["sft"] = train_stage("sft", config, rows, folder / "sft", base_dir=base_dir, prompt=prompt,
-                                 data_hashes=data["hashes"], backend=backend, progress=progress, note=note,
-                                 callbacks=callbacks)
+                                 data_hashes=data["hashes"], init_adapter=init, backend=backend, progress=progress,
+                                 note=note, callbacks=callbacks)
     _write_run_meta(folder, config, results, data["hashes"], base_dir, prompt, time.perf_counter() - t0)
     if config.grpo is not None and results["sft"].steps < config.sft.max_steps and not results["sft"].skipped:
         note(f"{role}: the warm start stopped at step {results['sft'].steps} of {config.sft.max_steps}; GRPO not "
