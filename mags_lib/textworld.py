@@ -568,6 +568,12 @@ class Step:
     score: int = 0
     policy: list[str] = field(default_factory=list)  # the engine's shortest winning commands from here
 
+    @property
+    def observation(self) -> str:
+        """What the player saw: the command echoed before the game's answer (``"> take key\nYou pick up
+        the key."``), the opening text alone at reset."""
+        return self.text if self.command is None else f"> {self.command}\n{self.text}"
+
 
 class TWGame:
     """A TextWorld game played through jericho, with the engine's state at every step.
@@ -999,7 +1005,7 @@ def make_scenario(game: GameFile | str | Path, config: PlayConfig | None = None,
     last = len(steps) - 1
     for step in steps:
         witness.update(step, entities)
-        text = step.text if step.command is None else f"> {step.command}\n{step.text}"
+        text = step.observation
         if text.strip():
             events.append({"say": text.strip(), "source": f"{gf.name}:{step.index}",
                            "time": cfg.time_of(step.index)})
@@ -1319,7 +1325,7 @@ class MemoryAgent:
 def _observe(system: Any, step: Step, name: str, when: str) -> None:
     if isinstance(system, PerfectMemory):
         system.witness_step(step)
-    text = step.text if step.command is None else f"> {step.command}\n{step.text}"
+    text = step.observation
     if text.strip():
         system.observe(text.strip(), source=f"{name}:{step.index}", time=when)
 
@@ -1688,7 +1694,7 @@ def agent_study(specs: Sequence[GameSpec], agents: Sequence[str], config: AgentC
     jobs = [(s, i, a) for s in specs for i in range(episodes) for a in agents if a not in skipped]
     par = Parallel(n_jobs=n_jobs, return_as="generator")
     out = par(delayed(_episode)(games[spec], agent, dataclasses.replace(cfg, seed=cfg.seed + i),
-                                _base_of(agent, None, trained) if agent in SYSTEMS else None)
+                                _base_of(agent, None, trained))
               for spec, i, agent in jobs)
     rows = []
     for (spec, i, agent), r in zip(jobs, tqdm(out, total=len(jobs), desc="episodes", disable=not progress)):

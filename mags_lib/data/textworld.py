@@ -88,8 +88,9 @@ def dataset_name_tw(profile: str = "default") -> str:
     return "gen_answer_textworld" if profile == "default" else f"gen_answer_textworld_{profile}"
 
 
-def _obs_text(step) -> str:
-    return step.text if step.command is None else f"> {step.command}\n{step.text}"
+def _where_entity(q: dict) -> str:
+    """The object of a "Where is the X?" question."""
+    return q["ask"][len("Where is the "):-1]
 
 
 def _last(idx: Sequence[int], n: int) -> list[int]:
@@ -99,12 +100,12 @@ def _last(idx: Sequence[int], n: int) -> list[int]:
 def _evidence(q: dict, obs: list[tuple[int, str]], witness, mentions) -> list[int]:
     """Indices into ``obs`` of the observations that decide ``q`` (see the module docstring)."""
     fam = q["family"]
+
     def naming(name: str) -> list[int]:
         return [i for i, (_, t) in enumerate(obs) if mentions(t, name)]
 
     if fam == "where":
-        entity = q["ask"][len("Where is the "):-1]
-        ev = _last(naming(entity), 2)
+        ev = _last(naming(_where_entity(q)), 2)
         if ev and q["answer"]:
             holder = [i for i in naming(q["answer"][0]) if i <= ev[-1]]
             ev += _last(holder, 1)
@@ -182,7 +183,7 @@ def game_answer_rows(game, cfg: TextWorldAnswerConfig, *, seed: int) -> list[dic
     last = len(steps) - 1
     for step in steps:
         witness.update(step, entities)
-        text = _obs_text(step).strip()
+        text = step.observation.strip()
         if text:
             obs.append((step.index, text))
         if not step.index or not (step.index % cfg.ask_every == 0 or step.index == last):
@@ -191,7 +192,7 @@ def game_answer_rows(game, cfg: TextWorldAnswerConfig, *, seed: int) -> list[dic
         for q in T._pick(cands, asked, play_cfg.questions, rng):
             kind, answer = q["kind"], list(q["answer"])
             if q["family"] == "where" and answer and rng.random() < cfg.drop_evidence:
-                entity = q["ask"][len("Where is the "):-1]
+                entity = _where_entity(q)
                 keep = [o for o in obs if not T._mentions(o[1], entity)]
                 items = _block([], keep, rng, cfg, [entity], T._mentions)
                 block, kind, answer = [keep[i] for i in items], "missing_evidence", []
@@ -199,7 +200,7 @@ def game_answer_rows(game, cfg: TextWorldAnswerConfig, *, seed: int) -> list[dic
                 ev = _evidence(q, obs, witness, T._mentions)
                 if answer and not ev:
                     continue  # the evidence rule found nothing to show: no honest row
-                avoid = [q["ask"][len("Where is the "):-1]] if kind == "abstain" else []
+                avoid = [_where_entity(q)] if kind == "abstain" else []
                 block = [obs[i] for i in _block(ev, obs, rng, cfg, avoid, T._mentions)]
             date = play_cfg.time_of(step.index)[:10]  # the agent shows the date of an ISO time stamp
             texts = [" ".join(t.split()) for _, t in block]

@@ -163,7 +163,7 @@ def load_role_data(role: str, profile: str, *, root: str | Path | None = None,
             raise FileNotFoundError(f"extra training data {name!r} is not in {processed_root(root)}: build it first"
                                     f"{hint}, or drop it from SFTConfig.extra_data")
         card = load_card(name, root=root)
-        if card.get("role") not in (None, role) or (card.get("role") is None and role == "answer"):
+        if (card.get("role") == "answer") != (role == "answer"):  # answer cards say so; ask / write ones do not
             raise ValueError(f"extra training data {name!r} holds {card.get('role') or 'ask/write'} rows, not {role} "
                              "rows: mix only datasets of the role")
         cards[name] = card
