@@ -1207,6 +1207,8 @@ class EpisodeResult:
     memory_moves: int  # commands chosen because of a memory answer
     seconds: float
     use_memory: bool
+    answers: dict[str, int] = field(default_factory=dict)  # memory's answers judged against the engine's state:
+    # "<family>/<verdict>" counts, family where | exit, verdict right | wrong | unknown (said it does not know)
 
 
 def _targets(objective: str, entities: Sequence[str]) -> list[str]:
@@ -1225,11 +1227,15 @@ class MemoryAgent:
     Every step, both agents: prepare or eat the meal when possible; read the cookbook once; take an
     object the task needs (named by the objective, or by the cookbook once read); open or unlock what
     is closed. Otherwise the agent must move. **With memory** it asks ``"Where is the <target>?"``
-    (and, when the answer names a container, where that is); when the answer names a room, it asks
-    ``"Which way from the <here> leads to the <room>?"`` and takes the exit the answer names. With
-    nothing to look for it explores: it asks ``"Which room lies <direction> of the <here>?"`` for
-    each exit and prefers exits memory knows nothing about. **Without memory**, or when memory gives
-    no usable answer, it takes a random exit, avoiding the way it came. With memory, every
+    (and, when the answer names a container, where that is), and ``"Which room lies <direction> of
+    the <here>?"`` for each exit (the question family :func:`questions_at` scores memory on). When an
+    exit leads to the room memory named, it takes it; when none does, it asks ``"Which way from the
+    <here> leads to the <room>?"`` (a room further away) and takes the exit the answer names. It follows
+    memory to a destination from a room once: back in that room with the same destination, memory was
+    wrong (a perfect memory never leads in a circle), so it explores instead. Otherwise (nothing to look
+    for, or no usable answer) it prefers exits memory knows nothing about.
+    **Without memory**, or when memory gives no usable answer, it takes a random exit, avoiding the
+    way it came. With memory, every
     observation goes to ``system.observe`` (source ``"<game>:<step>"``, one minute per step).
 
     ``system`` is anything with ``observe(text, source=, time=)`` and ``ask(text, time=)`` returning
@@ -1245,6 +1251,8 @@ class MemoryAgent:
         self.n_asks = 0
         self.memory_moves = 0
         self.read_cookbook = False
+        self.tried: set[tuple[str, str]] = set()  # (room, destination) pairs memory already chose a way from
+        self.answers: Counter = Counter()  # "<family>/<verdict>": memory's answers judged against the engine
 
     def _time(self, i: int) -> str:
         return (datetime.fromisoformat(self.config.start_time) + timedelta(minutes=i)).isoformat(timespec="minutes")
@@ -1253,6 +1261,13 @@ class MemoryAgent:
         self.n_asks += 1
         ans = self.system.ask(question, time=self._time(when))
         return str(getattr(ans, "answer", ans))
+
+    def _judge(self, family: str, answer: str, truths: Sequence[str]) -> None:
+        """Count memory's ``answer`` as right (it names one of ``truths``: the engine's state), unknown (it
+        says it does not know) or wrong; never used to act, only to show how far memory can be trusted."""
+        verdict = ("right" if any(_mentions(answer, t) for t in truths) else
+                   "unknown" if score_answer(answer, [], "abstain") else "wrong")
+        self.answers[f"{family}/{verdict}"] += 1
 
     def _named(self, answer: str, names: Sequence[str], kinds: Mapping[str, str], kind: tuple[str, ...],
                exclude: Sequence[str] = ()) -> str | None:
@@ -1267,24 +1282,31 @@ class MemoryAgent:
         dest = None
         if wanted:
             answer = self._ask(f"Where is the {wanted[0]}?", when)
+            self._judge("where", answer, _holders_of(step.state, wanted[0]))
             dest = self._named(answer, names, kinds, ("room",), exclude=(here,))
             holder = self._named(answer, names, kinds, ("container", "supporter"), exclude=wanted)
             if dest is None and holder is not None:
                 answer = self._ask(f"Where is the {holder}?", when)
+                self._judge("where", answer, _holders_of(step.state, holder))
                 dest = self._named(answer, names, kinds, ("room",), exclude=(here,))
         elif goal_room is not None and goal_room != here:
             dest = goal_room
-        if dest is not None:
-            way = self._ask(f"Which way from the {here} leads to the {dest}?", when)
-            for c in exits:
-                if _mentions(way, c[3:]):
-                    return c
-            return None
-        unknown = []
+        beyond, unknown = {}, []  # what memory says lies past each exit
         for c in exits:
             answer = self._ask(f"Which room lies {c[3:]} of the {here}?", when)
-            if self._named(answer, names, kinds, ("room",)) is None:
+            if (here, c[3:]) in step.state.exits:
+                self._judge("exit", answer, [step.state.exits[(here, c[3:])]])
+            beyond[c] = self._named(answer, names, kinds, ("room",), exclude=(here,))
+            if beyond[c] is None:
                 unknown.append(c)
+        if dest is not None and (here, dest) not in self.tried:  # back where memory sent us: it was wrong
+            c = next((c for c in exits if beyond[c] == dest), None)  # the destination next door
+            if c is None:  # further away
+                way = self._ask(f"Which way from the {here} leads to the {dest}?", when)
+                c = next((c for c in exits if _mentions(way, c[3:])), None)
+            if c is not None:
+                self.tried.add((here, dest))
+                return c
         if unknown and len(unknown) < len(exits):
             return str(unknown[self.rng.integers(len(unknown))])
         return None
@@ -1320,6 +1342,20 @@ class MemoryAgent:
         back = f"go {OPPOSITE[last_move]}" if last_move else None
         forward = [c for c in exits if c != back] or exits
         return str(forward[self.rng.integers(len(forward))])
+
+
+def _holders_of(state: WorldState, name: str) -> list[str]:
+    """What holds ``name`` in ``state``, then what holds that, up to its room (a right answer to "Where
+    is the X?" may name any of them).
+
+    >>> _holders_of(WorldState("hall", {"key": "chest", "chest": "hall"}, {"hall": "room"}), "key")
+    ['chest', 'hall']
+    """
+    out, h = [], state.holders.get(name)
+    while h is not None and h not in out:
+        out.append(h)
+        h = state.holders.get(h)
+    return out
 
 
 def _observe(system: Any, step: Step, name: str, when: str) -> None:
@@ -1383,6 +1419,7 @@ def run_episode(game: GameFile | str | Path, system: Any = None, config: AgentCo
         return EpisodeResult(game=g.game.name, won=bool(step.won), steps=len(commands), score=step.score,
                              max_score=g.max_score, commands=commands, n_asks=agent.n_asks,
                              memory_moves=agent.memory_moves, seconds=_time.perf_counter() - t0,
+                             answers=dict(sorted(agent.answers.items())),
                              use_memory=agent.system is not None)
     finally:
         g.close()
@@ -1393,7 +1430,10 @@ def episode_table(results: Sequence[EpisodeResult | Mapping], *, group: str = "a
     """Success rate and steps to finish per agent, with 95% bootstrap intervals (pandas frame).
 
     Steps of a failed episode count as its budget (``max_steps``), so "steps" is steps-to-finish with
-    failures censored at the budget; ``steps_won`` averages the won episodes only.
+    failures censored at the budget; ``steps_won`` averages the won episodes only. ``where_right``,
+    ``where_wrong``, ``exit_right``, ``exit_wrong``: shares of memory's answers to the agent's "Where is
+    the ...?" and "Which room lies ... of the ...?" that the engine's state confirms or contradicts (the
+    rest said they did not know; NaN: no such answer).
     """
     import pandas as pd
 
@@ -1410,6 +1450,13 @@ def episode_table(results: Sequence[EpisodeResult | Mapping], *, group: str = "a
                      "steps": steps.mean(), "steps_ci": (lo_s, hi_s),
                      "steps_won": float(won_steps.mean()) if len(won_steps) else float("nan"),
                      "asks_per_episode": float(sub["n_asks"].mean())})
+        counts: Counter = Counter()
+        for a in sub.get("answers", ()):
+            counts.update(a if isinstance(a, dict) else {})  # rows without answers (older runs): NaN
+        for fam in ("where", "exit"):
+            n = sum(v for k, v in counts.items() if k.startswith(f"{fam}/"))
+            for verdict in ("right", "wrong"):
+                rows[-1][f"{fam}_{verdict}"] = counts[f"{fam}/{verdict}"] / n if n else float("nan")
     return pd.DataFrame(rows)
 
 
@@ -1668,7 +1715,8 @@ def _episode(gf: GameFile, agent: str, config: AgentConfig, base: Mapping[str, A
 
 def agent_study(specs: Sequence[GameSpec], agents: Sequence[str], config: AgentConfig | None = None, *,
                 episodes: int = 1, cache_dir: str | Path | None = None, n_jobs: int = 1,
-                progress: bool = True, trained: Mapping[str, Any] | None = None) -> tuple[list[dict], dict[str, str]]:
+                progress: bool = True, base: Mapping[str, Any] | None = None,
+                trained: Mapping[str, Any] | None = None) -> tuple[list[dict], dict[str, str]]:
     """Episodes of :class:`MemoryAgent` on each game: ``"none"`` or a system of :data:`SYSTEMS`.
 
     Here ``"none"`` is the agent *without* memory (it observes and asks nothing: random exits), not
@@ -1677,8 +1725,8 @@ def agent_study(specs: Sequence[GameSpec], agents: Sequence[str], config: AgentC
     Episode ``i`` of a game uses ``config.seed + i``. The games are generated here, the episodes run
     over ``n_jobs`` processes (joblib; 1: in this process): each is independent, so the rows are the
     same, in the same order, for any ``n_jobs``. Returns (rows, skipped systems with reasons): an
-    unknown name or a system whose models are missing is skipped with the reason. ``trained``: as in
-    :func:`state_question_study`.
+    unknown name or a system whose models are missing is skipped with the reason. ``base`` and
+    ``trained``: as in :func:`state_question_study`.
     """
     from joblib import Parallel, delayed
     from tqdm.auto import tqdm
@@ -1687,14 +1735,14 @@ def agent_study(specs: Sequence[GameSpec], agents: Sequence[str], config: AgentC
     skipped = {}
     for a in dict.fromkeys(agents):
         if a != "none":
-            why = _unavailable(a, _base_of(a, None, trained)) if a in SYSTEMS else f"unknown system {a!r}"
+            why = _unavailable(a, _base_of(a, base, trained)) if a in SYSTEMS else f"unknown system {a!r}"
             if why is not None:
                 skipped[a] = why
     games = {spec: make_game(spec, cache_dir=cache_dir) for spec in specs}  # compiled once, before the workers
     jobs = [(s, i, a) for s in specs for i in range(episodes) for a in agents if a not in skipped]
     par = Parallel(n_jobs=n_jobs, return_as="generator")
     out = par(delayed(_episode)(games[spec], agent, dataclasses.replace(cfg, seed=cfg.seed + i),
-                                _base_of(agent, None, trained))
+                                _base_of(agent, base, trained))
               for spec, i, agent in jobs)
     rows = []
     for (spec, i, agent), r in zip(jobs, tqdm(out, total=len(jobs), desc="episodes", disable=not progress)):

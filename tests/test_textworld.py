@@ -587,6 +587,68 @@ def test_ulx_with_its_json_is_recompiled_to_z8(tmp_path, tiny):
         assert g.reset().state.player == "kitchen"
 
 
+class _Answers:
+    """A memory that answers from a table of question -> answer and records what it was asked."""
+
+    def __init__(self, table: dict[str, str]) -> None:
+        self.table, self.asked = table, []
+
+    def observe(self, text, source=None, time=None):
+        pass
+
+    def ask(self, question, time=None):
+        self.asked.append(question)
+        return self.table.get(question, "It is not in memory.")
+
+
+def _hall_step() -> Step:
+    kinds = {"hall": "room", "attic": "room", "cellar": "room", "garden": "room", "key": "object",
+             "chest": "container"}
+    state = WorldState(player="hall", holders={"key": "chest", "chest": "garden"}, kinds=kinds,
+                       exits={("hall", "north"): "attic", ("hall", "south"): "garden"})
+    return Step(index=3, command="go north", text="-= Hall =-", state=state,
+                admissible=["go north", "go south", "open door", "look"])
+
+
+def test_memory_agent_moves_by_the_direction_questions_memory_is_scored_on():
+    """The room memory names for the target lies behind an exit that memory knows: the agent takes it
+    from the per-exit question ("Which room lies south of the hall?"), without the multi-hop one."""
+    names = list(_hall_step().state.kinds)
+    mem = _Answers({"Where is the key?": "In the chest.", "Where is the chest?": "In the garden.",
+                    "Which room lies north of the hall?": "The attic.",
+                    "Which room lies south of the hall?": "The garden."})
+    agent = T.MemoryAgent(mem, T.AgentConfig(seed=0))
+    step = _hall_step()
+    assert agent._memory_move(step, ["key"], None, names, ["go north", "go south"], 3) == "go south"
+    assert not any(q.startswith("Which way") for q in mem.asked)
+    assert agent.answers == {"where/right": 2, "exit/right": 2}  # judged against the engine's state
+    # back in the hall looking for the same key: memory led in a circle, so it is not followed again
+    # (both exits are known to memory: no unknown exit to prefer either)
+    assert agent._memory_move(step, ["key"], None, names, ["go north", "go south"], 9) is None
+    # the destination is further away: no exit names it, so the agent asks the way and follows the answer
+    mem = _Answers({"Where is the key?": "In the chest.", "Where is the chest?": "In the garden.",
+                    "Which room lies north of the hall?": "The attic.",
+                    "Which way from the hall leads to the garden?": "Go north."})
+    agent = T.MemoryAgent(mem, T.AgentConfig(seed=0))
+    assert agent._memory_move(step, ["key"], None, names, ["go north", "go south"], 3) == "go north"
+    assert mem.asked[-1] == "Which way from the hall leads to the garden?"
+    # nothing to look for: the exit memory knows nothing about is preferred
+    mem = _Answers({"Which room lies north of the hall?": "The attic."})
+    agent = T.MemoryAgent(mem, T.AgentConfig(seed=0))
+    assert agent._memory_move(step, [], None, names, ["go north", "go south"], 3) == "go south"
+    # memory that names no room anywhere gives no move (the agent then walks at random)
+    agent = T.MemoryAgent(_Answers({}), T.AgentConfig(seed=0))
+    assert agent._memory_move(step, ["key"], None, names, ["go north", "go south"], 3) is None
+    assert agent.answers == {"where/unknown": 1, "exit/unknown": 2}
+    # a wrong room for an exit, and a wrong place for the key, are counted as wrong
+    agent = T.MemoryAgent(_Answers({"Where is the key?": "In the cellar.", "Which room lies south of the hall?":
+                                    "The attic."}), T.AgentConfig(seed=0))
+    agent._memory_move(step, ["key"], None, names, ["go north", "go south"], 3)
+    assert agent.answers == {"where/wrong": 1, "exit/unknown": 1, "exit/wrong": 1}
+    table = T.episode_table([{"agent": "m", "won": True, "steps": 4, "n_asks": 4, "answers": agent.answers}])
+    assert table["exit_wrong"].iloc[0] == 0.5 and table["where_wrong"].iloc[0] == 1.0
+
+
 @needs_tw
 @pytest.mark.slow
 def test_memory_agent_uses_memory_to_finish_sooner(tiny):
@@ -595,6 +657,7 @@ def test_memory_agent_uses_memory_to_finish_sooner(tiny):
     with_memory = T.run_episode(tiny, config=cfg, perfect_memory=True)
     without = T.run_episode(tiny, None, cfg)
     assert with_memory.won and with_memory.memory_moves >= 1 and with_memory.n_asks >= 1
+    assert with_memory.answers and not any(k.endswith("/wrong") for k in with_memory.answers)  # it never errs
     assert not without.use_memory and without.n_asks == 0 and without.memory_moves == 0
     assert with_memory.steps <= without.steps
     assert with_memory.commands[-1] == "take apple from chest"
