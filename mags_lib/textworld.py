@@ -1233,10 +1233,10 @@ class MemoryAgent:
     <here> leads to the <room>?"`` (a room further away) and takes the exit the answer names. It follows
     memory to a destination from a room once: back in that room with the same destination, memory was
     wrong (a perfect memory never leads in a circle), so it explores instead. Otherwise (nothing to look
-    for, or no usable answer) it prefers exits memory knows nothing about.
-    **Without memory**, or when memory gives no usable answer, it takes a random exit, avoiding the
-    way it came. With memory, every
-    observation goes to ``system.observe`` (source ``"<game>:<step>"``, one minute per step).
+    for, or no usable answer) it prefers exits memory knows nothing about. **Without memory**, or when
+    memory gives no usable answer, it takes a random exit, avoiding the way it came. With memory, every
+    observation goes to ``system.observe`` (source ``"<game>:<step>"``, one minute per step). Each answer
+    memory gives to "where" and "which room lies" is judged against the engine's state (``answers``).
 
     ``system`` is anything with ``observe(text, source=, time=)`` and ``ask(text, time=)`` returning
     text or an object with ``.answer``: any ``MAGS`` configuration, or :class:`PerfectMemory`.
