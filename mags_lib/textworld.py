@@ -516,17 +516,25 @@ class WorldState:
     def rooms(self) -> list[str]:
         return sorted(n for n, k in self.kinds.items() if k == "room")
 
+    def holders_of(self, entity: str) -> list[str]:
+        """What holds ``entity``, then what holds that, and so on (up to its room or :data:`INVENTORY`).
+
+        >>> WorldState("hall", {"key": "chest", "chest": "hall"}, {"hall": "room"}).holders_of("key")
+        ['chest', 'hall']
+        """
+        out, h = [], self.holders.get(entity)
+        while h is not None and h not in out:
+            out.append(h)
+            h = self.holders.get(h)
+        return out
+
     def room_of(self, entity: str) -> str | None:
         """The room an entity is in (through containers and supporters); None for carried things."""
-        seen = set()
-        h = self.holders.get(entity)
-        while h is not None and h not in seen:
+        for h in self.holders_of(entity):
             if h == INVENTORY:
                 return None
             if self.kinds.get(h) == "room":
                 return h
-            seen.add(h)
-            h = self.holders.get(h)
         return None
 
     def contents(self, holder: str) -> list[str]:
@@ -1282,12 +1290,12 @@ class MemoryAgent:
         dest = None
         if wanted:
             answer = self._ask(f"Where is the {wanted[0]}?", when)
-            self._judge("where", answer, _holders_of(step.state, wanted[0]))
+            self._judge("where", answer, step.state.holders_of(wanted[0]))  # any holder up to the room is right
             dest = self._named(answer, names, kinds, ("room",), exclude=(here,))
             holder = self._named(answer, names, kinds, ("container", "supporter"), exclude=wanted)
             if dest is None and holder is not None:
                 answer = self._ask(f"Where is the {holder}?", when)
-                self._judge("where", answer, _holders_of(step.state, holder))
+                self._judge("where", answer, step.state.holders_of(holder))
                 dest = self._named(answer, names, kinds, ("room",), exclude=(here,))
         elif goal_room is not None and goal_room != here:
             dest = goal_room
@@ -1342,20 +1350,6 @@ class MemoryAgent:
         back = f"go {OPPOSITE[last_move]}" if last_move else None
         forward = [c for c in exits if c != back] or exits
         return str(forward[self.rng.integers(len(forward))])
-
-
-def _holders_of(state: WorldState, name: str) -> list[str]:
-    """What holds ``name`` in ``state``, then what holds that, up to its room (a right answer to "Where
-    is the X?" may name any of them).
-
-    >>> _holders_of(WorldState("hall", {"key": "chest", "chest": "hall"}, {"hall": "room"}), "key")
-    ['chest', 'hall']
-    """
-    out, h = [], state.holders.get(name)
-    while h is not None and h not in out:
-        out.append(h)
-        h = state.holders.get(h)
-    return out
 
 
 def _observe(system: Any, step: Step, name: str, when: str) -> None:
