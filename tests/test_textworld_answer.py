@@ -35,6 +35,8 @@ needs_tw = pytest.mark.skipif(not T.textworld_available(), reason=T.skip_reason(
     ({"steps": (5, 3)}, "steps"),
     ({"max_chars": 50}, "max_chars"),
     ({"drop_evidence": 1.0}, "drop_evidence"),
+    ({"drop_exit_evidence": 1.0}, "drop_exit_evidence"),
+    ({"unseen_exits": 1.5}, "unseen_exits"),
 ])
 def test_config_checks(kwargs, match):
     with pytest.raises(ValueError, match=match):
@@ -56,7 +58,8 @@ def tw_rows(tmp_path_factory):
     if not T.textworld_available():
         pytest.skip(T.skip_reason())
     cache = tmp_path_factory.mktemp("tw_games")
-    cfg = TextWorldAnswerConfig(n_games=3, test_games=1, steps=(14, 18), drop_evidence=0.3)
+    cfg = TextWorldAnswerConfig(n_games=3, test_games=1, steps=(14, 18), drop_evidence=0.3,
+                                drop_exit_evidence=0.3)
     out = []
     for i, s in enumerate(cfg.seeds()):
         gf = T.make_game(T.GameSpec(kind="custom", n_rooms=3 + i, n_objects=6 + i, quest_length=2, seed=s),
@@ -72,19 +75,33 @@ def test_every_answer_is_in_its_block_and_no_abstention_names_its_object(tw_rows
     families = {r["kind"].split("_")[1] for r in rows}
     assert {"where", "exit"} <= families and len(rows) >= 20
     assert any(r["kind"].endswith("missing_evidence") for r in rows) and any(r["kind"].endswith("abstain") for r in rows)
-    for r in rows:
-        blob = " ".join(m["text"] for m in r["memory"]).lower()
-        assert 1 <= len(r["memory"]) <= cfg.max_items or not r["memory"] and not r["aliases"]
-        if not r["aliases"]:
-            assert r["response"] == protocol.ABSTAIN_ANSWER
-            entity = r["input"][len("Where is the "):-1].lower()
-            assert entity not in blob, r
-        elif r["aliases"] != ["nothing", "empty handed"]:
-            assert all(a.lower() in blob for a in r["aliases"]), r
-            assert all(a in r["response"] for a in r["aliases"])
-        if r["kind"].startswith("tw_exit"):  # both rooms of the crossing are shown
-            room = r["input"].split(" of the ", 1)[1][:-1].lower()
-            assert room in blob and r["aliases"][0].lower() in blob
+    assert any(r["kind"] == "tw_exit_unseen" for r in rows)
+    assert any(r["kind"] == "tw_exit_missing_evidence" for r in rows)
+    for gf, rs in games:
+        exits = T.play(gf, T.PlayConfig(n_steps=1), seed=0)[0][0].state.exits  # the map never changes
+        for r in rs:
+            blob = " ".join(m["text"] for m in r["memory"]).lower()
+            assert 1 <= len(r["memory"]) <= cfg.max_items or not r["memory"] and not r["aliases"]
+            if not r["aliases"] and r["kind"].startswith("tw_exit"):  # the room, and no crossing to where it leads
+                assert r["response"] == protocol.ABSTAIN_ANSWER
+                d, room = r["input"][len("Which room lies "):-1].split(" of the ", 1)
+                dest = exits[(room, d)]
+                assert room.lower() in blob
+                for m in r["memory"]:
+                    t = m["text"].lower()
+                    assert not (t.startswith(f"> go {d} ") and f"-= {dest.lower()} =-" in t), r
+                    back = {"north": "south", "south": "north", "east": "west", "west": "east"}[d]
+                    assert not (t.startswith(f"> go {back} ") and f"-= {room.lower()} =-" in t), r
+            elif not r["aliases"]:
+                assert r["response"] == protocol.ABSTAIN_ANSWER
+                entity = r["input"][len("Where is the "):-1].lower()
+                assert entity not in blob, r
+            elif r["aliases"] != ["nothing", "empty handed"]:
+                assert all(a.lower() in blob for a in r["aliases"]), r
+                assert all(a in r["response"] for a in r["aliases"])
+            if r["kind"].startswith("tw_exit") and r["aliases"]:  # both rooms of the crossing are shown
+                room = r["input"].split(" of the ", 1)[1][:-1].lower()
+                assert room in blob and r["aliases"][0].lower() in blob
 
 
 @needs_tw

@@ -21,9 +21,14 @@ Evidence per question family (what the player saw that decides the answer):
   ``inventory`` commands and the last one naming each thing carried (empty hands: the last three).
 
 Abstentions (gold :data:`mags_lib.protocol.ABSTAIN_ANSWER`): the game's ``abstain`` questions (objects
-never seen), and ``where`` questions whose every observation naming the object was left out of the
+never seen); ``where`` questions whose every observation naming the object was left out of the
 block (``drop_evidence`` of them): the reader must not guess from a room description that does not
-name the object.
+name the object; and exits the block cannot decide, as :class:`mags_lib.textworld.MemoryAgent` asks
+about every exit of the room it stands in: "Which room lies D of the R?" for an exit of a room the
+player visited but never crossed (``unseen_exits``: the chance of one per round; the block holds R's
+last description, which names the exit but not where it leads), and witnessed exits whose crossings, both
+ways, were left out of the block (``drop_exit_evidence`` of them). Without these the reader named a room
+for 80 % of the agent's exit questions and was wrong on all of those (notebook 55, 2026-11-29).
 
 Games come from TextWorld's ``custom`` generator with seeds from :data:`TRAIN_SEED_OFFSET` up, far from
 the seeds the evaluation uses (notebook 55 plays seeds ``seed .. seed + n_games - 1``); the builder
@@ -33,6 +38,7 @@ refuses a seed below the offset. TextWorld is optional: :func:`build_textworld_a
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -45,7 +51,7 @@ __all__ = ["TRAIN_SEED_OFFSET", "TextWorldAnswerConfig", "build_textworld_answer
            "game_answer_rows"]
 
 TRAIN_SEED_OFFSET = 100_000  # training games' TextWorld seeds start here (evaluation: small seeds)
-GENERATOR_VERSION = "tw-answer-1"
+GENERATOR_VERSION = "tw-answer-2"
 
 
 @dataclass(frozen=True)
@@ -60,6 +66,8 @@ class TextWorldAnswerConfig:
     max_items: int = 6  # most observations in a memory block
     max_chars: int = 1000  # the block's characters (the agent's default 256-token budget holds about this)
     drop_evidence: float = 0.12  # share of 'where' questions turned into abstentions by removing the evidence
+    unseen_exits: float = 1.0  # chance per round of one question about an exit of a visited room never crossed
+    drop_exit_evidence: float = 0.12  # share of 'exit' questions turned into abstentions by removing the crossings
     test_games: int = 10  # of n_games, the last ones form the test split
     seed: int = 0
 
@@ -72,8 +80,11 @@ class TextWorldAnswerConfig:
             raise ValueError(f"steps must be a range (lo, hi) with 1 <= lo <= hi, got {self.steps}")
         if self.ask_every < 1 or self.per_round < 1 or self.max_items < 1 or self.max_chars < 100:
             raise ValueError("ask_every, per_round, max_items must be >= 1 and max_chars >= 100")
-        if not 0 <= self.drop_evidence < 1:
-            raise ValueError(f"drop_evidence must be in [0, 1), got {self.drop_evidence}")
+        for name in ("drop_evidence", "drop_exit_evidence"):
+            if not 0 <= getattr(self, name) < 1:
+                raise ValueError(f"{name} must be in [0, 1), got {getattr(self, name)}")
+        if not 0 <= self.unseen_exits <= 1:
+            raise ValueError(f"unseen_exits must be in [0, 1], got {self.unseen_exits}")
 
     def seeds(self) -> list[int]:
         return [TRAIN_SEED_OFFSET + self.seed * 10_000 + i for i in range(self.n_games)]
@@ -168,6 +179,15 @@ def _block(evidence: list[int], obs: list[tuple[int, str]], rng: np.random.Gener
     return sorted(chosen)
 
 
+def _crossings(steps) -> dict[int, frozenset[str]]:
+    """Step index -> the two rooms of each ``go <direction>`` that moved the player."""
+    out = {}
+    for prev, step in itertools.pairwise(steps):
+        if step.command and step.command.startswith("go ") and prev.state.player != step.state.player:
+            out[step.index] = frozenset((prev.state.player, step.state.player))
+    return out
+
+
 def game_answer_rows(game, cfg: TextWorldAnswerConfig, *, seed: int) -> list[dict]:
     """The answer rows of one training game (a :class:`mags_lib.textworld.GameFile`), played with ``seed``."""
     from .. import textworld as T
@@ -177,10 +197,25 @@ def game_answer_rows(game, cfg: TextWorldAnswerConfig, *, seed: int) -> list[dic
     play_cfg = T.PlayConfig(n_steps=n_steps, questions=T.QuestionConfig(ask_every=cfg.ask_every,
                                                                         per_round=cfg.per_round))
     steps, entities = T.play(game, play_cfg, seed=seed)
+    crossed = _crossings(steps)
     witness, asked = T.Witness(), set()
     obs: list[tuple[int, str]] = []
     rows: list[dict] = []
     last = len(steps) - 1
+
+    def without_crossing(a: str, b: str) -> list[tuple[int, str]]:
+        """The observations so far, less every crossing between rooms ``a`` and ``b`` (either way)."""
+        return [o for o in obs if crossed.get(o[0]) != frozenset((a, b))]
+
+    def row(q: dict, block: list[tuple[int, str]], kind: str, answer: list[str], date: str) -> dict:
+        texts = [" ".join(t.split()) for _, t in block]
+        texts = [t for i, t in enumerate(texts) if t not in texts[i + 1:]]  # a repeat shows once (its latest)
+        memory = [{"text": t, "time": date, "current": None, "speaker": None, "until": None} for t in texts]
+        return {"role": "answer", "kind": f"tw_{q['family']}_{kind}", "input": q["ask"],
+                "response": _response({**q, "answer": answer}), "ops": [], "n_ops": 0,
+                "world_id": game.name, "template_ids": [f"tw.{q['family']}"], "context": [],
+                "gold_facts": [], "source": "textworld", "memory": memory, "aliases": answer}
+
     for step in steps:
         witness.update(step, entities)
         text = step.observation.strip()
@@ -188,6 +223,7 @@ def game_answer_rows(game, cfg: TextWorldAnswerConfig, *, seed: int) -> list[dic
             obs.append((step.index, text))
         if not step.index or not (step.index % cfg.ask_every == 0 or step.index == last):
             continue
+        date = play_cfg.time_of(step.index)[:10]  # the agent shows the date of an ISO time stamp
         cands = T.questions_at(witness, step.state, entities=entities, config=play_cfg.questions)
         for q in T._pick(cands, asked, play_cfg.questions, rng):
             kind, answer = q["kind"], list(q["answer"])
@@ -196,20 +232,29 @@ def game_answer_rows(game, cfg: TextWorldAnswerConfig, *, seed: int) -> list[dic
                 keep = [o for o in obs if not T._mentions(o[1], entity)]
                 items = _block([], keep, rng, cfg, [entity], T._mentions)
                 block, kind, answer = [keep[i] for i in items], "missing_evidence", []
+            elif q["family"] == "exit" and rng.random() < cfg.drop_exit_evidence:
+                room = q["ask"].split(" of the ", 1)[1][:-1]
+                keep = without_crossing(room, answer[0])
+                ev = _last([i for i, (_, t) in enumerate(keep) if T._mentions(t, room)], 1)
+                if not ev:
+                    continue
+                block, kind, answer = [keep[i] for i in _block(ev, keep, rng, cfg, [], T._mentions)], "missing_evidence", []
             else:
                 ev = _evidence(q, obs, witness, T._mentions)
                 if answer and not ev:
                     continue  # the evidence rule found nothing to show: no honest row
                 avoid = [_where_entity(q)] if kind == "abstain" else []
                 block = [obs[i] for i in _block(ev, obs, rng, cfg, avoid, T._mentions)]
-            date = play_cfg.time_of(step.index)[:10]  # the agent shows the date of an ISO time stamp
-            texts = [" ".join(t.split()) for _, t in block]
-            texts = [t for i, t in enumerate(texts) if t not in texts[i + 1:]]  # a repeat shows once (its latest)
-            memory = [{"text": t, "time": date, "current": None, "speaker": None, "until": None} for t in texts]
-            rows.append({"role": "answer", "kind": f"tw_{q['family']}_{kind}", "input": q["ask"],
-                         "response": _response({**q, "answer": answer}), "ops": [], "n_ops": 0,
-                         "world_id": game.name, "template_ids": [f"tw.{q['family']}"], "context": [],
-                         "gold_facts": [], "source": "textworld", "memory": memory, "aliases": answer})
+            rows.append(row(q, block, kind, answer, date))
+        unseen = sorted((r, d, dest) for (r, d), dest in step.state.exits.items()
+                        if r in witness.room_seen and (r, d) not in witness.edges)
+        if unseen and rng.random() < cfg.unseen_exits:  # what the agent asks of every exit of its room
+            room, d, dest = unseen[int(rng.integers(len(unseen)))]
+            keep = without_crossing(room, dest)
+            ev = _last([i for i, (_, t) in enumerate(keep) if T._mentions(t, room)], 1)
+            if ev:
+                q = {"ask": f"Which room lies {d} of the {room}?", "family": "exit", "answer": []}
+                rows.append(row(q, [keep[i] for i in _block(ev, keep, rng, cfg, [], T._mentions)], "unseen", [], date))
     return rows
 
 
