@@ -1192,6 +1192,8 @@ class AgentConfig:
     seed: int = 0  # the exploration choices (ties and unknowns)
     explore_first: int = 0  # steps of a seeded exploration walk observed before the episode (0: none)
     start_time: str = "2024-01-01T09:00"  # time of step 0 given to observe/ask (one minute per step)
+    move_notes: bool = True  # after a move, the agent's own note "Going <d> from the <A> leads to the <B>." heads
+    #                          the observation it gives memory (what it did; the game's text leaves it implicit)
 
     def __post_init__(self) -> None:
         if self.max_steps < 1:
@@ -1352,12 +1354,22 @@ class MemoryAgent:
         return str(forward[self.rng.integers(len(forward))])
 
 
-def _observe(system: Any, step: Step, name: str, when: str) -> None:
+def move_note(prev: Step | None, step: Step) -> str:
+    """The agent's note of the move from ``prev`` to ``step`` ("" when the step was no move between rooms)."""
+    m = re.match(r"go (north|south|east|west)$", step.command or "")
+    if prev is None or m is None or prev.state.player == step.state.player:
+        return ""
+    return f"Going {m.group(1)} from the {prev.state.player} leads to the {step.state.player}."
+
+
+def _observe(system: Any, step: Step, name: str, when: str, prev: Step | None = None, notes: bool = False) -> None:
     if isinstance(system, PerfectMemory):
         system.witness_step(step)
-    text = step.observation
-    if text.strip():
-        system.observe(text.strip(), source=f"{name}:{step.index}", time=when)
+    text = step.observation.strip()
+    note = move_note(prev, step) if notes else ""
+    text = f"{note}\n{text}" if note and text else note or text
+    if text:
+        system.observe(text, source=f"{name}:{step.index}", time=when)
 
 
 def run_episode(game: GameFile | str | Path, system: Any = None, config: AgentConfig | None = None, *,
@@ -1388,18 +1400,18 @@ def run_episode(game: GameFile | str | Path, system: Any = None, config: AgentCo
         if cfg.explore_first and agent.system is not None:
             walk, _ = play(g, PlayConfig(policy="explore", n_steps=cfg.explore_first, move_objects=False),
                            seed=cfg.seed)
-            for s in walk:
-                _observe(agent.system, s, g.game.name, agent._time(clock))
+            for prev, s in zip([None, *walk], walk, strict=False):
+                _observe(agent.system, s, g.game.name, agent._time(clock), prev, cfg.move_notes)
                 clock += 1
             step = g.reset()
         objects = [n for n in names if step.state.kinds.get(n) == "object" and n in step.state.holders]
         targets = [t for t in _targets(g.objective, objects) if t != "cookbook"]
         goal_room = "kitchen" if "kitchen" in step.state.kinds and "meal" in g.objective.lower() else None
         commands: list[str] = []
-        last_move = None
+        last_move, prev = None, None
         for _ in range(cfg.max_steps):
             if agent.system is not None:
-                _observe(agent.system, step, g.game.name, agent._time(clock))
+                _observe(agent.system, step, g.game.name, agent._time(clock), prev, cfg.move_notes)
             if step.done:
                 break
             if step.command == "examine cookbook":
@@ -1408,7 +1420,7 @@ def run_episode(game: GameFile | str | Path, system: Any = None, config: AgentCo
             commands.append(cmd)
             m = re.match(r"go (north|south|east|west)$", cmd)
             last_move = m.group(1) if m else last_move
-            step = g.step(cmd)
+            prev, step = step, g.step(cmd)
             clock += 1
         return EpisodeResult(game=g.game.name, won=bool(step.won), steps=len(commands), score=step.score,
                              max_score=g.max_score, commands=commands, n_asks=agent.n_asks,

@@ -8,7 +8,9 @@ when TextWorld is not installed.
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -647,6 +649,43 @@ def test_memory_agent_moves_by_the_direction_questions_memory_is_scored_on():
     assert agent.answers == {"where/wrong": 1, "exit/unknown": 1, "exit/wrong": 1}
     table = T.episode_table([{"agent": "m", "won": True, "steps": 4, "n_asks": 4, "answers": agent.answers}])
     assert table["exit_wrong"].iloc[0] == 0.5 and table["where_wrong"].iloc[0] == 1.0
+
+
+def test_move_note_names_the_rooms_on_both_sides_of_a_move_and_nothing_else():
+    hall = _hall_step()
+    attic = Step(index=4, command="go north", text="-= Attic =-", admissible=[],
+                 state=dataclasses.replace(hall.state, player="attic"))
+    assert T.move_note(hall, attic) == "Going north from the hall leads to the attic."
+    assert T.move_note(None, attic) == ""  # no step before it: nothing is known of where it came from
+    stay = Step(index=4, command="go north", text="You can't go that way.", admissible=[], state=hall.state)
+    assert T.move_note(hall, stay) == ""  # a blocked move crosses nothing
+    opened = Step(index=4, command="open door", text="Opened.", admissible=[], state=attic.state)
+    assert T.move_note(hall, opened) == ""
+
+
+class _Recorder(_Answers):
+    def __init__(self) -> None:
+        super().__init__({})
+        self.seen: list[str] = []
+
+    def observe(self, text, source=None, time=None):
+        self.seen.append(text)
+
+
+@needs_tw
+@pytest.mark.parametrize("notes", [True, False])
+def test_the_agent_tells_memory_its_moves_as_the_engine_mapped_them(tiny, notes):
+    rec = _Recorder()
+    T.run_episode(tiny, rec, T.AgentConfig(max_steps=6, seed=0, explore_first=6, move_notes=notes))
+    with T.TWGame(tiny) as g:
+        exits = g.reset().state.exits
+    found = [re.match(r"Going (\w+) from the (\w+) leads to the (\w+)\.\n> go \1\n", t) for t in rec.seen]
+    found = [m.groups() for m in found if m]
+    assert len(found) == sum(t.startswith("Going ") for t in rec.seen)  # a note heads the move's own text
+    if notes:
+        assert found and all(exits[(a, d)] == b for d, a, b in found)
+    else:
+        assert not found
 
 
 @needs_tw

@@ -27,7 +27,9 @@ name the object; and exits the block cannot decide, as :class:`mags_lib.textworl
 about every exit of the room it stands in: "Which room lies D of the R?" for an exit of a room the
 player visited but never crossed (``unseen_exits``: the chance of one per round; the block holds R's
 last description, which names the exit but not where it leads), and witnessed exits whose crossings, both
-ways, were left out of the block (``drop_exit_evidence`` of them). Without these the reader named a room
+ways, were left out of the block (``drop_exit_evidence`` of them). With ``move_notes`` each move's observation is headed by the note
+:class:`mags_lib.textworld.MemoryAgent` writes of its own moves ("Going west from the cookery leads to
+the pantry."), so exits of other directions from the same room are hard negatives. Without these the reader named a room
 for 80 % of the agent's exit questions and was wrong on all of those (notebook 55, 2026-11-29).
 
 Games come from TextWorld's ``custom`` generator with seeds from :data:`TRAIN_SEED_OFFSET` up, far from
@@ -68,6 +70,7 @@ class TextWorldAnswerConfig:
     drop_evidence: float = 0.12  # share of 'where' questions turned into abstentions by removing the evidence
     unseen_exits: float = 1.0  # chance per round of one question about an exit of a visited room never crossed
     drop_exit_evidence: float = 0.12  # share of 'exit' questions turned into abstentions by removing the crossings
+    move_notes: bool = False  # head each move's observation with the agent's note (textworld.move_note)
     test_games: int = 10  # of n_games, the last ones form the test split
     seed: int = 0
 
@@ -216,9 +219,11 @@ def game_answer_rows(game, cfg: TextWorldAnswerConfig, *, seed: int) -> list[dic
                 "world_id": game.name, "template_ids": [f"tw.{q['family']}"], "context": [],
                 "gold_facts": [], "source": "textworld", "memory": memory, "aliases": answer}
 
-    for step in steps:
+    for prev, step in zip([None, *steps], steps, strict=False):
         witness.update(step, entities)
         text = step.observation.strip()
+        note = T.move_note(prev, step) if cfg.move_notes else ""
+        text = f"{note}\n{text}" if note and text else note or text
         if text:
             obs.append((step.index, text))
         if not step.index or not (step.index % cfg.ask_every == 0 or step.index == last):
