@@ -1245,7 +1245,8 @@ class MemoryAgent:
     wrong (a perfect memory never leads in a circle), so it explores instead. Otherwise (nothing to look
     for, or no usable answer) it prefers exits memory knows nothing about. **Without memory**, or when
     memory gives no usable answer, it takes a random exit, avoiding the way it came. With memory, every
-    observation goes to ``system.observe`` (source ``"<game>:<step>"``, one minute per step). Each answer
+    observation goes to ``system.observe`` (source ``"<game>:<step>"``, one minute per step), a move's headed
+    by the agent's note of it (:func:`move_note`, ``AgentConfig.move_notes``). Each answer
     memory gives to "where" and "which room lies" is judged against the engine's state (``answers``).
 
     ``system`` is anything with ``observe(text, source=, time=)`` and ``ask(text, time=)`` returning
