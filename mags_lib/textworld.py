@@ -96,6 +96,7 @@ __all__ = [
     "make_game",
     "make_scenario",
     "make_system",
+    "move_note",
     "play",
     "questions_at",
     "require_textworld",

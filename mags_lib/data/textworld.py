@@ -24,13 +24,16 @@ Abstentions (gold :data:`mags_lib.protocol.ABSTAIN_ANSWER`): the game's ``abstai
 never seen); ``where`` questions whose every observation naming the object was left out of the
 block (``drop_evidence`` of them): the reader must not guess from a room description that does not
 name the object; and exits the block cannot decide, as :class:`mags_lib.textworld.MemoryAgent` asks
-about every exit of the room it stands in: "Which room lies D of the R?" for an exit of a room the
-player visited but never crossed (``unseen_exits``: the chance of one per round; the block holds R's
-last description, which names the exit but not where it leads), and witnessed exits whose crossings, both
-ways, were left out of the block (``drop_exit_evidence`` of them). With ``move_notes`` each move's observation is headed by the note
-:class:`mags_lib.textworld.MemoryAgent` writes of its own moves ("Going west from the cookery leads to
-the pantry."), so exits of other directions from the same room are hard negatives. Without these the reader named a room
-for 80 % of the agent's exit questions and was wrong on all of those (notebook 55, 2026-11-29).
+about every exit of the room it stands in: "Which room lies D of the R?" for an exit of a visited
+room that the player never crossed (``unseen_exits``: the chance of one per round; the block holds
+R's last description, which names the exit but not where it leads), and witnessed exits whose
+crossings, both ways, were left out of the block (``drop_exit_evidence`` of them). Without these the
+reader named a room for every exit question the agent asked, wrongly 80 % of the time (notebook 55,
+2026-11-29).
+
+With ``move_notes`` each move's observation is headed by the note the agent writes of its own moves
+(:func:`mags_lib.textworld.move_note`: "Going west from the cookery leads to the pantry."), so a note
+of another direction from the same room is a hard negative for an exit question.
 
 Games come from TextWorld's ``custom`` generator with seeds from :data:`TRAIN_SEED_OFFSET` up, far from
 the seeds the evaluation uses (notebook 55 plays seeds ``seed .. seed + n_games - 1``); the builder
@@ -68,8 +71,8 @@ class TextWorldAnswerConfig:
     max_items: int = 6  # most observations in a memory block
     max_chars: int = 1000  # the block's characters (the agent's default 256-token budget holds about this)
     drop_evidence: float = 0.12  # share of 'where' questions turned into abstentions by removing the evidence
-    unseen_exits: float = 1.0  # chance per round of one question about an exit of a visited room never crossed
-    drop_exit_evidence: float = 0.12  # share of 'exit' questions turned into abstentions by removing the crossings
+    unseen_exits: float = 1.0  # chance per round of a question on a visited room's exit never crossed
+    drop_exit_evidence: float = 0.12  # share of 'exit' questions made abstentions by removing the crossings
     move_notes: bool = False  # head each move's observation with the agent's note (textworld.move_note)
     test_games: int = 10  # of n_games, the last ones form the test split
     seed: int = 0
@@ -243,7 +246,8 @@ def game_answer_rows(game, cfg: TextWorldAnswerConfig, *, seed: int) -> list[dic
                 ev = _last([i for i, (_, t) in enumerate(keep) if T._mentions(t, room)], 1)
                 if not ev:
                     continue
-                block, kind, answer = [keep[i] for i in _block(ev, keep, rng, cfg, [], T._mentions)], "missing_evidence", []
+                items = _block(ev, keep, rng, cfg, [], T._mentions)
+                block, kind, answer = [keep[i] for i in items], "missing_evidence", []
             else:
                 ev = _evidence(q, obs, witness, T._mentions)
                 if answer and not ev:
@@ -253,13 +257,14 @@ def game_answer_rows(game, cfg: TextWorldAnswerConfig, *, seed: int) -> list[dic
             rows.append(row(q, block, kind, answer, date))
         unseen = sorted((r, d, dest) for (r, d), dest in step.state.exits.items()
                         if r in witness.room_seen and (r, d) not in witness.edges)
-        if unseen and rng.random() < cfg.unseen_exits:  # what the agent asks of every exit of its room
+        if unseen and rng.random() < cfg.unseen_exits:  # the agent asks this of every exit of its room
             room, d, dest = unseen[int(rng.integers(len(unseen)))]
             keep = without_crossing(room, dest)
             ev = _last([i for i, (_, t) in enumerate(keep) if T._mentions(t, room)], 1)
             if ev:
                 q = {"ask": f"Which room lies {d} of the {room}?", "family": "exit", "answer": []}
-                rows.append(row(q, [keep[i] for i in _block(ev, keep, rng, cfg, [], T._mentions)], "unseen", [], date))
+                items = _block(ev, keep, rng, cfg, [], T._mentions)
+                rows.append(row(q, [keep[i] for i in items], "unseen", [], date))
     return rows
 
 
