@@ -87,9 +87,11 @@ __all__ = [
     "Witness",
     "WorldState",
     "accuracy_table",
+    "agent_observation",
     "agent_study",
     "build_game",
     "clean_text",
+    "crossing",
     "draw_map",
     "episode_table",
     "load_game",
@@ -1356,20 +1358,32 @@ class MemoryAgent:
         return str(forward[self.rng.integers(len(forward))])
 
 
-def move_note(prev: Step | None, step: Step) -> str:
-    """The agent's note of the move from ``prev`` to ``step`` ("" when the step was no move between rooms)."""
+def crossing(prev: Step | None, step: Step) -> tuple[str, str, str] | None:
+    """``(direction, room left, room entered)`` when ``step`` was a ``go <direction>`` from ``prev`` into
+    another room; None otherwise (no step before it, another command, or a blocked move)."""
     m = re.match(r"go (north|south|east|west)$", step.command or "")
     if prev is None or m is None or prev.state.player == step.state.player:
-        return ""
-    return f"Going {m.group(1)} from the {prev.state.player} leads to the {step.state.player}."
+        return None
+    return m.group(1), prev.state.player, step.state.player
+
+
+def move_note(prev: Step | None, step: Step) -> str:
+    """The agent's note of the move from ``prev`` to ``step`` ("" when the step was no move between rooms)."""
+    c = crossing(prev, step)
+    return f"Going {c[0]} from the {c[1]} leads to the {c[2]}." if c else ""
+
+
+def agent_observation(prev: Step | None, step: Step, notes: bool) -> str:
+    """What the agent tells memory of ``step``: the game's text, headed by :func:`move_note` when ``notes``."""
+    text = step.observation.strip()
+    note = move_note(prev, step) if notes else ""
+    return f"{note}\n{text}" if note and text else note or text
 
 
 def _observe(system: Any, step: Step, name: str, when: str, prev: Step | None = None, notes: bool = False) -> None:
     if isinstance(system, PerfectMemory):
         system.witness_step(step)
-    text = step.observation.strip()
-    note = move_note(prev, step) if notes else ""
-    text = f"{note}\n{text}" if note and text else note or text
+    text = agent_observation(prev, step, notes)
     if text:
         system.observe(text, source=f"{name}:{step.index}", time=when)
 

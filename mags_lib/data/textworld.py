@@ -185,15 +185,6 @@ def _block(evidence: list[int], obs: list[tuple[int, str]], rng: np.random.Gener
     return sorted(chosen)
 
 
-def _crossings(steps) -> dict[int, frozenset[str]]:
-    """Step index -> the two rooms of each ``go <direction>`` that moved the player."""
-    out = {}
-    for prev, step in itertools.pairwise(steps):
-        if step.command and step.command.startswith("go ") and prev.state.player != step.state.player:
-            out[step.index] = frozenset((prev.state.player, step.state.player))
-    return out
-
-
 def game_answer_rows(game, cfg: TextWorldAnswerConfig, *, seed: int) -> list[dict]:
     """The answer rows of one training game (a :class:`mags_lib.textworld.GameFile`), played with ``seed``."""
     from .. import textworld as T
@@ -203,15 +194,18 @@ def game_answer_rows(game, cfg: TextWorldAnswerConfig, *, seed: int) -> list[dic
     play_cfg = T.PlayConfig(n_steps=n_steps, questions=T.QuestionConfig(ask_every=cfg.ask_every,
                                                                         per_round=cfg.per_round))
     steps, entities = T.play(game, play_cfg, seed=seed)
-    crossed = _crossings(steps)
+    crossed = {s.index: frozenset(c[1:]) for p, s in itertools.pairwise(steps) if (c := T.crossing(p, s))}
     witness, asked = T.Witness(), set()
     obs: list[tuple[int, str]] = []
     rows: list[dict] = []
     last = len(steps) - 1
 
-    def without_crossing(a: str, b: str) -> list[tuple[int, str]]:
-        """The observations so far, less every crossing between rooms ``a`` and ``b`` (either way)."""
-        return [o for o in obs if crossed.get(o[0]) != frozenset((a, b))]
+    def exit_block(room: str, dest: str) -> list[tuple[int, str]] | None:
+        """A block for an exit of ``room`` that cannot decide it: the last observation naming ``room`` among
+        others, none of them a crossing between ``room`` and ``dest`` (either way); None if none names it."""
+        keep = [o for o in obs if crossed.get(o[0]) != frozenset((room, dest))]
+        ev = _last([i for i, (_, t) in enumerate(keep) if T._mentions(t, room)], 1)
+        return [keep[i] for i in _block(ev, keep, rng, cfg, [], T._mentions)] if ev else None
 
     def row(q: dict, block: list[tuple[int, str]], kind: str, answer: list[str], date: str) -> dict:
         texts = [" ".join(t.split()) for _, t in block]
@@ -224,9 +218,7 @@ def game_answer_rows(game, cfg: TextWorldAnswerConfig, *, seed: int) -> list[dic
 
     for prev, step in zip([None, *steps], steps, strict=False):
         witness.update(step, entities)
-        text = step.observation.strip()
-        note = T.move_note(prev, step) if cfg.move_notes else ""
-        text = f"{note}\n{text}" if note and text else note or text
+        text = T.agent_observation(prev, step, cfg.move_notes)
         if text:
             obs.append((step.index, text))
         if not step.index or not (step.index % cfg.ask_every == 0 or step.index == last):
@@ -241,13 +233,10 @@ def game_answer_rows(game, cfg: TextWorldAnswerConfig, *, seed: int) -> list[dic
                 items = _block([], keep, rng, cfg, [entity], T._mentions)
                 block, kind, answer = [keep[i] for i in items], "missing_evidence", []
             elif q["family"] == "exit" and rng.random() < cfg.drop_exit_evidence:
-                room = q["ask"].split(" of the ", 1)[1][:-1]
-                keep = without_crossing(room, answer[0])
-                ev = _last([i for i, (_, t) in enumerate(keep) if T._mentions(t, room)], 1)
-                if not ev:
+                block = exit_block(q["ask"].split(" of the ", 1)[1][:-1], answer[0])
+                if block is None:
                     continue
-                items = _block(ev, keep, rng, cfg, [], T._mentions)
-                block, kind, answer = [keep[i] for i in items], "missing_evidence", []
+                kind, answer = "missing_evidence", []
             else:
                 ev = _evidence(q, obs, witness, T._mentions)
                 if answer and not ev:
@@ -259,12 +248,10 @@ def game_answer_rows(game, cfg: TextWorldAnswerConfig, *, seed: int) -> list[dic
                         if r in witness.room_seen and (r, d) not in witness.edges)
         if unseen and rng.random() < cfg.unseen_exits:  # the agent asks this of every exit of its room
             room, d, dest = unseen[int(rng.integers(len(unseen)))]
-            keep = without_crossing(room, dest)
-            ev = _last([i for i, (_, t) in enumerate(keep) if T._mentions(t, room)], 1)
-            if ev:
+            block = exit_block(room, dest)
+            if block is not None:
                 q = {"ask": f"Which room lies {d} of the {room}?", "family": "exit", "answer": []}
-                items = _block(ev, keep, rng, cfg, [], T._mentions)
-                rows.append(row(q, [keep[i] for i in items], "unseen", [], date))
+                rows.append(row(q, block, "unseen", [], date))
     return rows
 
 
