@@ -99,7 +99,8 @@ def test_a_rare_entity_anchors_its_facts():
 
 def test_episode_context_lifts_the_reply_to_a_question():
     """The answer turn says nothing the query says; the turn before it asks the question. With
-    context the reply is lifted into the top 2; alone it ranks last of 37 turns."""
+    context (the turns just before and after: ``episode_window=1``) the reply is lifted into the top
+    2; alone it ranks last of 37 turns."""
     rng = np.random.default_rng(2)
     dim = 64
     q = _unit(rng.standard_normal(dim))
@@ -116,14 +117,40 @@ def test_episode_context_lifts_the_reply_to_a_question():
     g = LiquidGraph(TableEmbedder(table, dim=dim))
     for i, (s, t) in enumerate(turns):
         g.add_episode(t, source=f"D1:{i}", speaker=s)
-    with_context = [it.sources[0] for it in g.recall(query, k=2, config=QUIET).items]
+    one = replace(QUIET, episode_window=1)
+    with_context = [it.sources[0] for it in g.recall(query, k=2, config=one).items]
     assert with_context == ["D1:0", "D1:1"]
     alone = [it.sources[0] for it in g.recall(query, k=37, config=replace(QUIET, episode_context=0.0)).items]
     assert alone[0] == "D1:0" and alone[-1] == "D1:1"
     # context lifts and never lowers: every score with context is at least the one without
-    a = {it.sources[0]: it.score for it in g.recall(query, k=37, config=QUIET).items}
     b = {it.sources[0]: it.score for it in g.recall(query, k=37, config=replace(QUIET, episode_context=0.0)).items}
-    assert all(a[s] >= b[s] - 1e-12 for s in b)
+    for cfg in (one, QUIET):
+        a = {it.sources[0]: it.score for it in g.recall(query, k=37, config=cfg).items}
+        assert all(a[s] >= b[s] - 1e-12 for s in b)
+
+
+def test_episode_window_reaches_a_reply_two_turns_on():
+    """The reply comes two turns after the question (an aside between them): the default window
+    (two turns either way) lifts it into the top 3; the turns just before and after do not reach it,
+    and it ranks below turns that are only a little relevant."""
+    rng = np.random.default_rng(3)
+    dim = 64
+    q = _unit(rng.standard_normal(dim))
+    query = "the puppy's name"
+    turns = [("Gina", "What did you call the new puppy?"), ("Jon", "Sorry, one second, the doorbell."),
+             ("Jon", "We went with Rex."), ("Gina", "My store opened on Monday."), ("Jon", "I found a studio."),
+             ("Gina", "The jackets sold out."), ("Jon", "Tea or coffee?")]
+    cos = [0.9, 0.05, 0.05, 0.3, 0.25, 0.25, 0.2]
+    turns += [("Jon" if i % 2 else "Gina", f"Small talk number {i}.") for i in range(30)]
+    cos += [0.1 + 0.004 * i for i in range(30)]
+    table = {query: q, **{f"{s}: {t}": _near(q, rng, c) for (s, t), c in zip(turns, cos)}}
+    g = LiquidGraph(TableEmbedder(table, dim=dim))
+    for i, (s, t) in enumerate(turns):
+        g.add_episode(t, source=f"D1:{i}", speaker=s)
+    assert QUIET.episode_window == 2
+    assert [it.sources[0] for it in g.recall(query, k=3, config=QUIET).items] == ["D1:0", "D1:1", "D1:2"]
+    one = [it.sources[0] for it in g.recall(query, k=37, config=replace(QUIET, episode_window=1)).items]
+    assert one[:2] == ["D1:0", "D1:1"] and one.index("D1:2") > 5
 
 
 def test_the_speaker_is_part_of_an_episode_s_lexical_document():
@@ -225,7 +252,7 @@ def test_recall_config_checks():
     with pytest.raises(ValueError, match="lexical_stopwords"):
         IndexConfig(lexical_stopwords="fr")
     for bad in ({"anchors_per_k": -1.0}, {"lexical_weight": 1.5}, {"episode_context": -0.1}, {"bm25_k1": 0.0},
-                {"bm25_b": 2.0}, {"max_total_visits": 0}):
+                {"bm25_b": 2.0}, {"max_total_visits": 0}, {"episode_window": 0}):
         with pytest.raises(ValueError, match=next(iter(bad))):
             RecallConfig(**bad)
 

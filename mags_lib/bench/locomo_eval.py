@@ -119,6 +119,7 @@ RECALL_VARIANTS: dict[str, dict[str, Any]] = {
     "legacy": {"anchors_per_k": 0.0, "lexical_weight": 0.0, "episode_context": 0.0},
     "dense": {"lexical_weight": 0.0},  # no BM25: anchors scale with k, episode context on
     "no-context": {"episode_context": 0.0},  # hybrid anchors, each episode on its own
+    "window-1": {"episode_window": 1},  # context from the turns just before and after only (before 2026-11-29)
     "fixed-anchors": {"anchors_per_k": 0.0},  # hybrid + context, but n_anchors whatever k
 }
 """Ablations of MAGS recall (``RecallConfig`` overrides), each evaluated on the same memory as the

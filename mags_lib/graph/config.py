@@ -351,6 +351,8 @@ class RecallConfig:
     # better of its neighbours' (the episodes observed just before and after it: the question a reply
     # answers, the reply to a question): lifted by its context, never lowered; the candidates' neighbours
     # join the candidates; 0: each episode on its own (the ablation)
+    episode_window: int = 2  # the neighbours of episode_context: the episodes up to this many places before
+    # and after (1: just before and just after)
     coverage_weight: float = 0.5  # 0: pure similarity; 1: anchor gain fully scaled by new coverage
     min_anchor_similarity: float = 0.0  # candidates below this cosine are never anchors
     traversal: str = "bfs"  # "bfs" or "dfs"
@@ -392,7 +394,7 @@ class RecallConfig:
         if self.traversal not in ("bfs", "dfs"):
             raise ValueError(f"traversal must be 'bfs' or 'dfs', got {self.traversal!r}")
         _check_unit("min_path_strength", self.min_path_strength, open_low=True)
-        for name in ("max_depth", "max_branch", "max_visits", "max_total_visits"):
+        for name in ("episode_window", "max_depth", "max_branch", "max_visits", "max_total_visits"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.direction not in ("out", "both"):

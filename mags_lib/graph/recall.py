@@ -8,9 +8,10 @@ episodes only):
    ``include_episodes``): the block's cosine top list united with its BM25 top list (a lexical
    index of the node texts, :mod:`mags_lib.graph.lexical`), each scored by the *hybrid* score
    ``(1 - w) * cos + w * top_cos * bm25 / top_bm25`` (``w = lexical_weight``; ``w = 0``: cosine
-   alone) and, for an episode, lifted by its *context* -- the better score of the episodes
-   observed just before and after it: ``max(own, (1 - c) * own + c * near)``, ``c =
-   episode_context`` (their neighbours are candidates too); the two blocks' lists are merged,
+   alone) and, for an episode, lifted by its *context* -- the best score of the episodes
+   observed up to ``episode_window`` places before and after it (default 2: a reply after an
+   aside): ``max(own, (1 - c) * own + c * near)``, ``c = episode_context`` (their neighbours are
+   candidates too); the two blocks' lists are merged,
    best first (see :class:`_Relevance`);
 2. **choose anchors** greedily, query-aware and coverage-maximising (the seed's "convex hull"
    idea): the reach of a candidate is itself plus its 1-hop neighbours; each round picks the
@@ -38,7 +39,7 @@ episodes only):
 
 ``RecallConfig(anchors_per_k=0, lexical_weight=0, episode_context=0)`` is recall as it was before
 hybrid anchors (the same items, scores and traces: the ablation). On LoCoMo with a memory of
-episodes only it found 0.30 of the evidence at k = 10 whatever k was, the defaults about 0.76 (see
+episodes only it found 0.30 of the evidence at k = 10 whatever k was, the defaults 0.77 (see
 the README, LoCoMo).
 
 Only alive, valid edges are in the traversable structure, so traversal never follows a superseded
@@ -449,10 +450,11 @@ class _Relevance:
       BM25 is its text's (subject, relation, object) with the entity block's statistics (see
       :meth:`fact`). A block's candidates are its cosine top list united with its BM25 top list;
     * **context** (``RecallConfig.episode_context`` = c > 0): an episode's relevance is ``max(own,
-      (1 - c) * own + c * near)``, ``near`` the better own score of its neighbours in observation
-      order (the alive episodes just before and after it; rows grow with time and compaction keeps
-      their order), so a turn is lifted by a relevant neighbour and never lowered by an irrelevant
-      one; the neighbours of the block's candidates are candidates too.
+      (1 - c) * own + c * near)``, ``near`` the best own score of its neighbours in observation
+      order (the alive episodes up to ``RecallConfig.episode_window`` places before and after it;
+      rows grow with time and compaction keeps their order), so a turn is lifted by a relevant
+      neighbour and never lowered by an irrelevant one; the neighbours of the block's candidates
+      are candidates too.
 
     Both off, nothing changes: candidates and relevances are the index's cosines, as before.
     """
@@ -460,6 +462,7 @@ class _Relevance:
     def __init__(self, g, queries: list[str], Q: np.ndarray, cfg: RecallConfig, ent_hits, ep_hits):
         self.w = float(cfg.lexical_weight) if g.config.index.lexical else 0.0
         self.c = float(cfg.episode_context) if ep_hits is not None else 0.0
+        self.window = int(cfg.episode_window)
         self.emb, self.Q = g._emb, Q
         self.ep_rows = g._ep_index.members() if self.c > 0.0 else None  # alive episodes, in observation order
         self.block: dict[tuple[int, str], np.ndarray] = {}  # (query, block) -> bm25 / the block's best
@@ -496,8 +499,8 @@ class _Relevance:
             index = g._ent_lex if block == "ent" else g._ep_lex
             rows = np.union1d(rows, index.top(self.block.get((qi, block)), n_cand)[0])
         if ctx and rows.size:
-            prev, nxt = self._neighbours(rows)
-            rows = np.union1d(rows, np.concatenate([prev[prev >= 0], nxt[nxt >= 0]]))
+            nbs = np.concatenate(self._neighbours(rows))
+            rows = np.union1d(rows, nbs[nbs >= 0])
         if rows.size == 0:
             return rows, np.zeros(0)
         qs = np.full(rows.size, qi)
@@ -533,22 +536,25 @@ class _Relevance:
     def _own(self, rows: np.ndarray, qs: np.ndarray) -> np.ndarray:
         return self.fuse((self.emb[rows] * self.Q[qs]).sum(1), qs, rows)
 
-    def _neighbours(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """The alive episodes observed just before and just after each episode row (-1: none)."""
+    def _neighbours(self, rows: np.ndarray) -> list[np.ndarray]:
+        """The alive episodes observed up to ``window`` places before and after each episode row,
+        one array per offset (-1: none)."""
         m = self.ep_rows
         pos = np.searchsorted(m, rows)
-        prev = np.where(pos > 0, m[np.maximum(pos - 1, 0)], -1)
-        nxt = np.where(pos + 1 < m.size, m[np.minimum(pos + 1, m.size - 1)], -1)
-        return prev, nxt
+        out = []
+        for d in range(1, self.window + 1):
+            out.append(np.where(pos - d >= 0, m[np.maximum(pos - d, 0)], -1))
+            out.append(np.where(pos + d < m.size, m[np.minimum(pos + d, m.size - 1)], -1))
+        return out
 
     def episode(self, rows: np.ndarray, qs: np.ndarray) -> np.ndarray:
         """The relevance of episode ``rows`` to queries ``qs``: hybrid, with its context."""
         own = self._own(rows, qs)
         if self.c == 0.0:
             return own
-        prev, nxt = self._neighbours(rows)
-        near = np.maximum(np.where(prev >= 0, self._own(np.maximum(prev, 0), qs), 0.0),
-                          np.where(nxt >= 0, self._own(np.maximum(nxt, 0), qs), 0.0))
+        near = np.zeros(rows.size)
+        for nb in self._neighbours(rows):
+            near = np.maximum(near, np.where(nb >= 0, self._own(np.maximum(nb, 0), qs), 0.0))
         return np.maximum(own, (1.0 - self.c) * own + self.c * near)  # context lifts, never lowers
 
 
