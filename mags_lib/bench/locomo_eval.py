@@ -120,6 +120,7 @@ RECALL_VARIANTS: dict[str, dict[str, Any]] = {
     "dense": {"lexical_weight": 0.0},  # no BM25: anchors scale with k, episode context on
     "no-context": {"episode_context": 0.0},  # hybrid anchors, each episode on its own
     "window-1": {"episode_window": 1},  # context from the turns just before and after only (before 2026-11-29)
+    "no-routing": {"max_episode_share": 1.0},  # facts and episodes ranked by score alone (no cap on episodes)
     "fixed-anchors": {"anchors_per_k": 0.0},  # hybrid + context, but n_anchors whatever k
 }
 """Ablations of MAGS recall (``RecallConfig`` overrides), each evaluated on the same memory as the

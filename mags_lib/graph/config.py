@@ -348,9 +348,9 @@ class RecallConfig:
     bm25_k1: float = 1.2  # BM25 term-frequency saturation of the lexical score
     bm25_b: float = 0.5  # BM25 document-length normalisation of the lexical score
     episode_context: float = 0.5  # an episode's relevance is max(own, (1 - c) * own + c * near), near the
-    # better of its neighbours' (the episodes observed just before and after it: the question a reply
-    # answers, the reply to a question): lifted by its context, never lowered; the candidates' neighbours
-    # join the candidates; 0: each episode on its own (the ablation)
+    # best of its neighbours' (the episodes observed up to episode_window places before and after it: the
+    # question a reply answers, the reply to a question): lifted by its context, never lowered; the
+    # candidates' neighbours join the candidates; 0: each episode on its own (the ablation)
     episode_window: int = 2  # the neighbours of episode_context: the episodes up to this many places before
     # and after (1: just before and just after)
     coverage_weight: float = 0.5  # 0: pure similarity; 1: anchor gain fully scaled by new coverage
