@@ -26,6 +26,18 @@ def _near(q, rng, cos):
     return cos * q + np.sqrt(1 - cos**2) * r
 
 
+def _dialogue(seed, query, turns, cos, dim=64):
+    """A graph of one episode per ``(speaker, text)`` turn (sources ``D1:<i>``) whose rendered turn is
+    at cosine ``cos[i]`` to ``query`` (random vectors drawn in turn order from ``seed``)."""
+    rng = np.random.default_rng(seed)
+    q = _unit(rng.standard_normal(dim))
+    table = {query: q, **{f"{s}: {t}": _near(q, rng, c) for (s, t), c in zip(turns, cos)}}
+    g = LiquidGraph(TableEmbedder(table, dim=dim))
+    for i, (s, t) in enumerate(turns):
+        g.add_episode(t, source=f"D1:{i}", speaker=s)
+    return g
+
+
 # ------------------------------------------------------------------------------------------------
 def test_k_is_honoured_on_a_memory_of_episodes():
     """30 episodes, no edges: k items come back for every k (the old recall gave its 4 anchors)."""
@@ -101,9 +113,6 @@ def test_episode_context_lifts_the_reply_to_a_question():
     """The answer turn says nothing the query says; the turn before it asks the question. With
     context (the turns just before and after: ``episode_window=1``) the reply is lifted into the top
     2; alone it ranks last of 37 turns."""
-    rng = np.random.default_rng(2)
-    dim = 64
-    q = _unit(rng.standard_normal(dim))
     query = "the puppy's name"
     turns = [("Gina", "What did you call the new puppy?"), ("Jon", "We went with Rex."),
              ("Gina", "My store opened on Monday."), ("Jon", "I found a dance studio."),
@@ -113,17 +122,15 @@ def test_episode_context_lifts_the_reply_to_a_question():
     # (k = 2: 4 anchors), only a neighbour of one
     turns += [("Jon" if i % 2 else "Gina", f"Small talk number {i}.") for i in range(30)]
     cos += [0.1 + 0.01 * i for i in range(30)]
-    table = {query: q, **{f"{s}: {t}": _near(q, rng, c) for (s, t), c in zip(turns, cos)}}
-    g = LiquidGraph(TableEmbedder(table, dim=dim))
-    for i, (s, t) in enumerate(turns):
-        g.add_episode(t, source=f"D1:{i}", speaker=s)
+    g = _dialogue(2, query, turns, cos)
     one = replace(QUIET, episode_window=1)
     with_context = [it.sources[0] for it in g.recall(query, k=2, config=one).items]
     assert with_context == ["D1:0", "D1:1"]
-    alone = [it.sources[0] for it in g.recall(query, k=37, config=replace(QUIET, episode_context=0.0)).items]
+    alone_items = g.recall(query, k=37, config=replace(QUIET, episode_context=0.0)).items
+    alone = [it.sources[0] for it in alone_items]
     assert alone[0] == "D1:0" and alone[-1] == "D1:1"
     # context lifts and never lowers: every score with context is at least the one without
-    b = {it.sources[0]: it.score for it in g.recall(query, k=37, config=replace(QUIET, episode_context=0.0)).items}
+    b = {it.sources[0]: it.score for it in alone_items}
     for cfg in (one, QUIET):
         a = {it.sources[0]: it.score for it in g.recall(query, k=37, config=cfg).items}
         assert all(a[s] >= b[s] - 1e-12 for s in b)
@@ -133,9 +140,6 @@ def test_episode_window_reaches_a_reply_two_turns_on():
     """The reply comes two turns after the question (an aside between them): the default window
     (two turns either way) lifts it into the top 3; the turns just before and after do not reach it,
     and it ranks below turns that are only a little relevant."""
-    rng = np.random.default_rng(3)
-    dim = 64
-    q = _unit(rng.standard_normal(dim))
     query = "the puppy's name"
     turns = [("Gina", "What did you call the new puppy?"), ("Jon", "Sorry, one second, the doorbell."),
              ("Jon", "We went with Rex."), ("Gina", "My store opened on Monday."), ("Jon", "I found a studio."),
@@ -143,10 +147,7 @@ def test_episode_window_reaches_a_reply_two_turns_on():
     cos = [0.9, 0.05, 0.05, 0.3, 0.25, 0.25, 0.2]
     turns += [("Jon" if i % 2 else "Gina", f"Small talk number {i}.") for i in range(30)]
     cos += [0.1 + 0.004 * i for i in range(30)]
-    table = {query: q, **{f"{s}: {t}": _near(q, rng, c) for (s, t), c in zip(turns, cos)}}
-    g = LiquidGraph(TableEmbedder(table, dim=dim))
-    for i, (s, t) in enumerate(turns):
-        g.add_episode(t, source=f"D1:{i}", speaker=s)
+    g = _dialogue(3, query, turns, cos)
     assert QUIET.episode_window == 2
     assert [it.sources[0] for it in g.recall(query, k=3, config=QUIET).items] == ["D1:0", "D1:1", "D1:2"]
     one = [it.sources[0] for it in g.recall(query, k=37, config=replace(QUIET, episode_window=1)).items]
