@@ -12,6 +12,7 @@ import os
 import shutil
 from types import SimpleNamespace
 
+import numpy as np
 import pytest
 
 from mags_lib import export as E
@@ -289,6 +290,31 @@ def test_parity_table_and_manifest_record(work, tmp_path):
     _link_gguf_tree(work.gguf, copy)
     E.record_parity(copy, parity_summary(df))
     assert E.read_manifest(copy)["parity"]["f16"]["top1_agreement"] >= 0.98
+
+
+def test_top1_only_files_skip_generation_and_rescore_matches(work, tmp_path):
+    """A file named in top1_only is measured on transformers' token ids alone (its agreement is the same as
+    with generation), gets no greedy or quality figures, and bench.unsloth_gguf.rescore scores the written
+    outputs as parity did."""
+    from mags_lib.bench.unsloth_gguf import rescore
+    from mags_lib.export.parity import ParityConfig, parity
+
+    rows = [{"id": i, "input": t, "response": f"<memory_write>{t.split()[0]},is,mentioned</memory_write>"}
+            for i, t in enumerate(WRITE[:2])]
+    cfg = ParityConfig(n_prompts=2, max_new_tokens=12, embedder="hash")
+    files = {"full": work.file("q8_0"), "ids": work.file("q8_0")}
+    df = parity("write", rows, work.adapter, files, cfg, out_dir=tmp_path, top1_only=["ids"], progress=False)
+    r = df.set_index("label")
+    assert r.loc["ids", "top1_agreement"] == r.loc["full", "top1_agreement"] >= 0.9
+    assert np.isnan(r.loc["ids", "greedy_equal"]) and np.isnan(r.loc["ids", "op_f1"])
+    assert not np.isnan(r.loc["full", "greedy_equal"]) and not np.isnan(r.loc["full", "op_f1"])
+    again = rescore(tmp_path / "parity_write.jsonl", embedder="hash")
+    assert set(again) == {"transformers", "full"}
+    for label in again:
+        for k, v in again[label].items():
+            assert v == pytest.approx(r.loc[label, k])
+    with pytest.raises(ValueError, match="not in files"):
+        parity("write", rows, work.adapter, files, cfg, top1_only=["nope"], progress=False)
 
 
 def test_answer_parity_is_scored_by_the_game_rule(work, tmp_path):

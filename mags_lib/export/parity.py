@@ -109,7 +109,7 @@ def _role_metrics(role: str, outputs: Sequence[str], rows: Sequence[Mapping], em
 def parity(role: str, rows: Sequence[Mapping[str, Any]], reference: Any, files: Mapping[str, str | os.PathLike],
            config: ParityConfig | None = None, *,
            spec: Any = None, stop: Sequence[str] | None = None, out_dir: str | os.PathLike | None = None,
-           progress: bool = True) -> Any:
+           top1_only: Sequence[str] = (), progress: bool = True) -> Any:
     """Compare GGUF files with the transformers model they were exported from.
 
     Parameters
@@ -130,6 +130,10 @@ def parity(role: str, rows: Sequence[Mapping[str, Any]], reference: Any, files: 
         Strings that end a greedy output, for every model (default: the spec's).
     out_dir : path, optional
         Where ``parity_<role>.jsonl`` (every output, per example) and ``parity_<role>.csv`` go.
+    top1_only : list of str
+        Labels of ``files`` measured by teacher-forced top-1 agreement alone, on transformers' token ids
+        (no text goes through the file's tokenizer): for files whose tokenizer llama.cpp cannot use.
+        Their greedy and quality figures are NaN.
 
     Returns
     -------
@@ -145,6 +149,9 @@ def parity(role: str, rows: Sequence[Mapping[str, Any]], reference: Any, files: 
     from ..evaluate import sample_rows
 
     cfg = config or ParityConfig()
+    unknown = set(top1_only) - set(files)
+    if unknown:
+        raise ValueError(f"top1_only names labels that are not in files: {sorted(unknown)}")
     if not rows:
         raise ValueError(f"no held-out rows for the {role} role")
     picked = sample_rows(rows, cfg.n_prompts, cfg.seed)
@@ -210,6 +217,12 @@ def parity(role: str, rows: Sequence[Mapping[str, Any]], reference: Any, files: 
                     ex[f"{label}_top1"] = hits / len(rt)
                     bar.update(1)
                 outs, secs, new = [], 0.0, 0
+                if label in top1_only:
+                    bar.update(len(texts))
+                    table.append({"label": label, "file": str(path), "size_mb": Path(path).stat().st_size / 2**20,
+                                  "n_prompts": len(picked), "n_positions": n_pos, "top1_agreement": agree / n_pos,
+                                  "greedy_equal": float("nan"), "tokens_per_s": float("nan"), "load_s": load_s})
+                    continue
                 for ex, text, ro in zip(per_example, texts, ref_out):
                     gen = b.generate([text], max_new_tokens=max_new, stop=stop or None,
                                      stop_repeats=spec.stop_repeats)[0]
