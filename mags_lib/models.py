@@ -49,7 +49,8 @@ _CONVERSION_VERSION = 3
 # Texts whose tokens must not change when tokenizer.json is rewritten (ASCII, accents, CJK, emoji, control and
 # zero-width characters, the chat markers).
 _TOKENIZER_PROBES = ("Blorps eat only frozen lemons.", "héllo wörld — ü ñ ç", "日本語のテキスト 🙂👍",
-                     "\x00\x01 \u200b \ufffd x", "<|im_start|>user\nWhat do blorps eat?<|im_end|>\n", "  two  spaces\tand\ttabs\n\n", "1,234.5e-6 %$#@!")
+                     "\x00\x01 \u200b \ufffd x", "<|im_start|>user\nWhat do blorps eat?<|im_end|>\n",
+                     "  two  spaces\tand\ttabs\n\n", "1,234.5e-6 %$#@!")
 _OFFLINE_VARS = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1",
                  "HF_HUB_DISABLE_TELEMETRY": "1", "TOKENIZERS_PARALLELISM": "false"}
 
