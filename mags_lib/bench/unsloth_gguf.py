@@ -63,14 +63,6 @@ def _short(v: Any) -> Any:
     return v
 
 
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 22), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
 def _reader(path: str | os.PathLike) -> Any:
     from gguf import GGUFReader
 
@@ -82,12 +74,7 @@ def _dequant(t: Any) -> np.ndarray:
     from gguf import GGMLQuantizationType
     from gguf.quants import dequantize
 
-    q = GGMLQuantizationType(int(t.tensor_type))
-    if q == GGMLQuantizationType.F32:
-        return np.asarray(t.data, dtype=np.float32)
-    if q == GGMLQuantizationType.F16:
-        return np.asarray(t.data).view(np.float16).astype(np.float32)
-    return dequantize(np.asarray(t.data), q).astype(np.float32)
+    return dequantize(np.asarray(t.data), GGMLQuantizationType(int(t.tensor_type))).astype(np.float32)
 
 
 def _type_name(t: Any) -> str:
@@ -98,12 +85,14 @@ def _type_name(t: Any) -> str:
 
 def file_summary(path: str | os.PathLike) -> dict:
     """Size, sha256, ``general.file_type`` and the count of tensors per type of one GGUF file."""
+    from collections import Counter
+
+    from ..models import file_sha256
+
     r = _reader(path)
-    types: dict[str, int] = {}
-    for t in r.tensors:
-        types[_type_name(t)] = types.get(_type_name(t), 0) + 1
+    types = dict(Counter(_type_name(t) for t in r.tensors))
     ft = r.fields.get("general.file_type")
-    return {"file": str(path), "size_mb": round(Path(path).stat().st_size / 2**20, 2), "sha256": _sha256(Path(path)),
+    return {"file": str(path), "size_mb": round(Path(path).stat().st_size / 2**20, 2), "sha256": file_sha256(path),
             "file_type": _value(ft) if ft is not None else None, "n_tensors": len(r.tensors), "tensor_types": types}
 
 
