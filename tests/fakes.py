@@ -49,18 +49,20 @@ class TableBackend(Backend):
         pass
 
 
-def make_tiny_llama(folder):
+def make_tiny_llama(folder, **config):
     """A 2-layer Llama with SmolLM2's tokenizer and chat template, random weights (seed 0), saved to
-    ``folder``: seconds to train, the real tokenization."""
+    ``folder``: seconds to train, the real tokenization. ``config`` overrides its ``LlamaConfig`` fields
+    (e.g. ``hidden_size=256`` for rows that fit llama.cpp's 256-wide K-quant blocks)."""
     import torch
     from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
     from mags_lib.models import base_model_dir
 
     torch.manual_seed(0)
-    cfg = LlamaConfig(vocab_size=49152, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=2048,
-                      tie_word_embeddings=True, bos_token_id=1, eos_token_id=2, pad_token_id=2)
+    fields = dict(vocab_size=49152, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                  num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=2048,
+                  tie_word_embeddings=True, bos_token_id=1, eos_token_id=2, pad_token_id=2)
+    cfg = LlamaConfig(**{**fields, **config})
     model = LlamaForCausalLM(cfg)
     model.generation_config.eos_token_id = 2
     model.save_pretrained(str(folder))

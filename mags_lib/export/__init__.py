@@ -7,8 +7,8 @@ A trained role lives in ``models/<role>/<run_tag>/`` (written by :mod:`mags_lib.
     models/<role>/<run_tag>/gguf/
         model-f16.gguf      the merged model, F16 (norms F32)          -- written with the gguf package
         model-q8_0.gguf     the merged model, Q8_0 (norms F32)         -- written with the gguf package
-        model-q4_k_m.gguf   Q4_K_M, from the F16 file                  -- llama.cpp's quantizer
-        model-q4_1.gguf     Q4_1 (the embedded base's format), idem    -- llama.cpp's quantizer
+        model-q4_k_m.gguf   Q4_K_M, from the F16 file                  -- llama.cpp's quantizer, weighed by an
+        model-q4_1.gguf     Q4_1 (the embedded base's format), idem       importance matrix of the role's training rows
         lora-f32.gguf       the LoRA alone, a GGUF adapter that llama.cpp applies at run time onto
                             the base GGUF the adapter was trained on (the embedded SmolLM2)
         manifest.json       per file: size, sha256, how it was made; the source adapter (and its
@@ -20,6 +20,8 @@ Parts:
 * :mod:`~mags_lib.export.gguf_write` -- the GGUF writer (this project's own, on
   :class:`gguf.GGUFWriter`), llama.cpp's quantizer, LoRA adapters as GGUF; only the llama architecture
   (``LlamaForCausalLM``: SmolLM2 and kin), anything else fails before a byte is written;
+* :mod:`~mags_lib.export.imatrix` -- importance matrices (mean squared activation per weight column on
+  calibration text) computed with transformers, which llama.cpp's quantizer weighs the 4-bit rounding by;
 * :mod:`~mags_lib.export.layout` -- the export of one adapter / one trained role into ``gguf/``, its
   manifest, and :func:`trained_gguf`, which the agent uses to find the file of a trained role;
 * :mod:`~mags_lib.export.parity` -- each file against the transformers model it came from;
@@ -62,6 +64,7 @@ from .layout import (
     main,
     read_manifest,
     record_parity,
+    role_calibration,
     trained_gguf,
 )
 
@@ -83,6 +86,7 @@ __all__ = [
     "random_lora",
     "read_manifest",
     "record_parity",
+    "role_calibration",
     "trained_gguf",
     "write_lora_gguf",
     "write_model_gguf",

@@ -383,12 +383,67 @@ def write_model_gguf(model: Any, path: str | os.PathLike, qtype: str = "F16", *,
     return path
 
 
-def quantize_gguf(src: str | os.PathLike, dst: str | os.PathLike, qtype: str, *, n_threads: int = 1) -> Path:
+def _imatrix_params(src: Path, imatrix: Any, llama_cpp: Any) -> tuple[Any, Any, list]:
+    """The ctypes arrays llama.cpp's quantizer reads an importance matrix (and the file's
+    ``quantize.imatrix.*`` keys) from, checked against the tensors of ``src``; the third item keeps
+    the buffers alive while the quantizer runs."""
+    import gguf
+
+    values = imatrix if isinstance(imatrix, Mapping) else imatrix.values
+    if not values:
+        raise ValueError("the importance matrix is empty")
+    reader = gguf.GGUFReader(str(src))
+    widths = {t.name: int(t.shape[0]) for t in reader.tensors if len(t.shape) >= 2}
+    keep = []
+    entries = (llama_cpp.llama_model_imatrix_data * (len(values) + 1))()
+    for k, (name, vec) in enumerate(sorted(values.items())):
+        a = np.ascontiguousarray(np.asarray(vec, dtype=np.float32).reshape(-1))
+        if name not in widths:
+            raise ValueError(f"importance matrix entry {name!r} names no 2-D tensor of {Path(src).name}")
+        if a.size != widths[name]:
+            raise ValueError(f"importance matrix entry {name!r} has {a.size} values; the tensor's rows have "
+                             f"{widths[name]} (an importance matrix of another model?)")
+        if not np.all(np.isfinite(a)) or np.any(a < 0):
+            raise ValueError(f"importance matrix entry {name!r} holds a negative or non-finite value")
+        bname = name.encode()
+        keep += [a, bname]
+        entries[k].name = bname
+        entries[k].data = a.ctypes.data_as(ctypes.POINTER(ctypes.c_float))
+        entries[k].size = a.size
+    # the last entry stays zeroed: the terminator (name NULL)
+    kv = []
+    dataset = str(getattr(imatrix, "dataset", "") or "")
+    if dataset:
+        kv.append(("quantize.imatrix.dataset", llama_cpp.LLAMA_KV_OVERRIDE_TYPE_STR, dataset.encode()[:127]))
+    kv.append(("quantize.imatrix.entries_count", llama_cpp.LLAMA_KV_OVERRIDE_TYPE_INT, len(values)))
+    n_texts = getattr(imatrix, "n_texts", None)
+    if n_texts:
+        kv.append(("quantize.imatrix.chunks_count", llama_cpp.LLAMA_KV_OVERRIDE_TYPE_INT, int(n_texts)))
+    overrides = (llama_cpp.llama_model_kv_override * (len(kv) + 1))()
+    for k, (key, tag, val) in enumerate(kv):
+        overrides[k].key = key.encode()
+        overrides[k].tag = tag
+        if tag == llama_cpp.LLAMA_KV_OVERRIDE_TYPE_STR:
+            overrides[k].value.val_str = val
+        else:
+            overrides[k].value.val_i64 = val
+    keep += [entries, overrides]
+    return entries, overrides, keep
+
+
+def quantize_gguf(src: str | os.PathLike, dst: str | os.PathLike, qtype: str, *, n_threads: int = 1,
+                  imatrix: Any = None) -> Path:
     """Quantize a GGUF model with llama.cpp's quantizer (``llama_model_quantize``), atomically.
 
     ``qtype`` is a llama.cpp file type name: ``"Q4_K_M"``, ``"Q4_1"``, ``"Q8_0"``, ``"Q5_K_M"``, ...
     (``LLAMA_FTYPE_MOSTLY_<qtype>``). Tensors whose rows do not fit the type's block size get
     llama.cpp's fallback type (e.g. SmolLM2's 576-wide rows are not a multiple of Q4_K's 256).
+
+    ``imatrix``: an :class:`~mags_lib.export.imatrix.ImportanceMatrix` (or a dict GGUF tensor name ->
+    vector of its row length) that weighs each column's rounding error, as ``llama-quantize --imatrix``
+    does; its dataset label and size are written as ``quantize.imatrix.*`` keys. Every entry is
+    checked against ``src`` (a tensor of that name, one value per column, finite and >= 0) before
+    anything is written; a tensor without an entry is quantized unweighted.
     """
     import llama_cpp
 
@@ -400,11 +455,15 @@ def quantize_gguf(src: str | os.PathLike, dst: str | os.PathLike, qtype: str, *,
     header = read_gguf_header(src)
     if header.type != "model":
         raise ValueError(f"{src} is a GGUF {header.type}, not a model")
+    weights = _imatrix_params(Path(src), imatrix, llama_cpp) if imatrix is not None else None
     dst = Path(dst)
     with _atomic_file(dst) as tmp:
         params = llama_cpp.llama_model_quantize_default_params()
         params.nthread = int(n_threads)
         params.ftype = int(ftype)
+        if weights is not None:
+            params.imatrix = ctypes.cast(weights[0], type(params.imatrix))
+            params.kv_overrides = ctypes.cast(weights[1], type(params.kv_overrides))
         with _quiet():
             rc = llama_cpp.llama_model_quantize(os.fsencode(src), os.fsencode(tmp), ctypes.byref(params))
         if rc != 0:

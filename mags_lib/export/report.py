@@ -19,7 +19,7 @@ from typing import Any
 
 from ..models import ModelNotFoundError
 from .gguf_write import random_lora
-from .layout import ExportConfig, export_adapter, final_adapter, read_manifest
+from .layout import ExportConfig, export_adapter, final_adapter, read_manifest, role_calibration
 
 __all__ = ["Source", "export_all", "held_out_rows", "quant_figure", "sources"]
 
@@ -56,18 +56,30 @@ def sources(roles: Sequence[str], trained_tag: str, *, profile: str, work_dir: s
     return out
 
 
-def export_all(srcs: Mapping[str, Source], config: ExportConfig | None = None, *, progress: bool = True) -> tuple:
-    """Export every role; return ``(table, manifests)``: one row per file, and the manifests by role."""
+def export_all(srcs: Mapping[str, Source], config: ExportConfig | None = None, *, profile: str | None = None,
+               seed: int = 0, data_root: str | os.PathLike | None = None, progress: bool = True) -> tuple:
+    """Export every role; return ``(table, manifests)``: one row per file, and the manifests by role.
+
+    The 4-bit files of each role are weighed by ``config.imatrix_rows`` rows of the role's training split
+    of ``profile`` (:func:`~mags_lib.export.layout.role_calibration`; ``None``: the profile each adapter was
+    trained in).
+    """
     import pandas as pd
 
+    cfg = config or ExportConfig()
     rows, manifests = [], {}
     for role, s in srcs.items():
-        m = export_adapter(s.adapter, s.gguf_dir, config, name=f"mags-{role}",
-                           info={"role": role, "stand_in": s.stand_in}, progress=progress)
+        weighed = any(v in cfg.variants for v in ("q4_k_m", "q4_1"))  # the files an importance matrix weighs
+        texts, label = role_calibration(role, s.adapter, cfg.imatrix_rows if weighed else 0, profile=profile,
+                                        seed=seed, data_root=data_root)
+        m = export_adapter(s.adapter, s.gguf_dir, cfg, name=f"mags-{role}",
+                           info={"role": role, "stand_in": s.stand_in}, calibration=texts,
+                           calibration_label=label, progress=progress)
         manifests[role] = m
         for variant, e in m["files"].items():
             rows.append({"role": role, "stand_in": s.stand_in, "variant": variant, "file": e["file"],
                          "size_mib": e["size"] / 2**20, "made_by": e.get("made_by", "gguf package (LoRA)"),
+                         "imatrix": e.get("imatrix"),
                          "seconds": e.get("seconds"), "sha256": e["sha256"][:12]})
         for variant, why in m.get("skipped", {}).items():
             rows.append({"role": role, "stand_in": s.stand_in, "variant": variant, "file": None,
