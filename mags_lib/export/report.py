@@ -19,7 +19,7 @@ from typing import Any
 
 from ..models import ModelNotFoundError
 from .gguf_write import random_lora
-from .layout import ExportConfig, export_adapter, final_adapter, read_manifest, role_calibration
+from .layout import _QUANTIZED, ExportConfig, export_adapter, final_adapter, read_manifest, role_calibration
 
 __all__ = ["Source", "export_all", "held_out_rows", "quant_figure", "sources"]
 
@@ -67,9 +67,9 @@ def export_all(srcs: Mapping[str, Source], config: ExportConfig | None = None, *
     import pandas as pd
 
     cfg = config or ExportConfig()
+    weighed = any(v in cfg.variants for v in _QUANTIZED)  # the files an importance matrix weighs
     rows, manifests = [], {}
     for role, s in srcs.items():
-        weighed = any(v in cfg.variants for v in ("q4_k_m", "q4_1"))  # the files an importance matrix weighs
         texts, label = role_calibration(role, s.adapter, cfg.imatrix_rows if weighed else 0, profile=profile,
                                         seed=seed, data_root=data_root)
         m = export_adapter(s.adapter, s.gguf_dir, cfg, name=f"mags-{role}",
