@@ -59,9 +59,9 @@ def make_tiny_llama(folder, **config):
     from mags_lib.models import base_model_dir
 
     torch.manual_seed(0)
-    fields = dict(vocab_size=49152, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                  num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=2048,
-                  tie_word_embeddings=True, bos_token_id=1, eos_token_id=2, pad_token_id=2)
+    fields = {"vocab_size": 49152, "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2,
+              "num_attention_heads": 4, "num_key_value_heads": 2, "max_position_embeddings": 2048,
+              "tie_word_embeddings": True, "bos_token_id": 1, "eos_token_id": 2, "pad_token_id": 2}
     cfg = LlamaConfig(**{**fields, **config})
     model = LlamaForCausalLM(cfg)
     model.generation_config.eos_token_id = 2

@@ -181,7 +181,7 @@ def test_role_calibration_needs_the_training_data(wide, tmp_path):
 def test_paired_op_f1_difference(a, b, sign):
     from mags_lib.bench.imatrix import op_f1_difference
 
-    rows = lambda xs: [{"sem_tp": t, "n_pred": p, "n_gold": g} for t, p, g in xs]  # noqa: E731
+    rows = lambda xs: [{"sem_tp": t, "n_pred": p, "n_gold": g} for t, p, g in xs]
     d = op_f1_difference(rows(a), rows(b), n_boot=500)
     lo, hi = d["interval"]
     assert lo <= d["difference"] <= hi
