@@ -7,8 +7,8 @@ A trained role lives in ``models/<role>/<run_tag>/`` (written by :mod:`mags_lib.
     models/<role>/<run_tag>/gguf/
         model-f16.gguf      the merged model, F16 (norms F32)          -- written with the gguf package
         model-q8_0.gguf     the merged model, Q8_0 (norms F32)         -- written with the gguf package
-        model-q4_k_m.gguf   Q4_K_M, from the F16 file                  -- llama.cpp's quantizer, weighed by an
-        model-q4_1.gguf     Q4_1 (the embedded base's format), idem       importance matrix of the role's training rows
+        model-q4_k_m.gguf   Q4_K_M, from the F16 file                  -- llama.cpp's quantizer (weighed by an
+        model-q4_1.gguf     Q4_1 (the embedded base's format), idem       importance matrix when imatrix_rows asks)
         lora-f32.gguf       the LoRA alone, a GGUF adapter that llama.cpp applies at run time onto
                             the base GGUF the adapter was trained on (the embedded SmolLM2)
         manifest.json       per file: size, sha256, how it was made; the source adapter (and its

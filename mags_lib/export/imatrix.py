@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -48,7 +48,6 @@ class ImportanceMatrix:
     n_texts: int
     n_tokens: int
     dataset: str = ""
-    info: dict[str, Any] = field(default_factory=dict)
 
     def sha256(self) -> str:
         """A content hash of the matrix (names, values), for manifests."""
@@ -61,7 +60,7 @@ class ImportanceMatrix:
     def summary(self) -> dict[str, Any]:
         """What a manifest records of it."""
         return {"dataset": self.dataset, "entries": len(self.values), "texts": self.n_texts,
-                "tokens": self.n_tokens, "sha256": self.sha256(), **self.info}
+                "tokens": self.n_tokens, "sha256": self.sha256()}
 
 
 def _gguf_linear_names(model: Any) -> dict[str, str]:

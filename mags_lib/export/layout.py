@@ -138,6 +138,11 @@ def _adapter_base(adapter_dir: Path, base_dir: Path | None) -> Path:
     return base_model_dir()
 
 
+def _tokenizer_dir(adapter_dir: Path, base: Path) -> Path:
+    """Where the tokenizer of an adapter's model lives: the adapter folder when it carries one, else its base."""
+    return adapter_dir if (adapter_dir / "tokenizer.json").is_file() else base
+
+
 def _lora_base_gguf(base_dir: Path) -> Path | None:
     """The GGUF a LoRA trained on ``base_dir`` applies onto: the file the base was converted from."""
     m = base_dir / "mags_manifest.json"
@@ -211,7 +216,7 @@ def export_adapter(adapter_dir: str | os.PathLike, out_dir: str | os.PathLike, c
 
     t_start = time.perf_counter()
     name = name or adapter_dir.parent.name
-    tok_dir = adapter_dir if (adapter_dir / "tokenizer.json").is_file() else base
+    tok_dir = _tokenizer_dir(adapter_dir, base)
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     _remove_stale(out_dir.parent, out_dir.name)  # left by a killed export
     work = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.partial-{os.getpid()}-", dir=out_dir.parent))
@@ -428,8 +433,7 @@ def role_calibration(role: str, adapter: str | os.PathLike, rows: int, *, profil
             f"`python -m mags_lib.pipeline --only 10 --profile {profile}`) to weigh the 4-bit files by it, or export "
             "unweighted with ExportConfig(imatrix_rows=0) / --imatrix-rows 0")
     picked = sample_rows(load_processed(name, root=data_root)["train"].to_list(), rows, seed)
-    base = _adapter_base(adapter, None)
-    tok_dir = adapter if (adapter / "tokenizer.json").is_file() else base
+    tok_dir = _tokenizer_dir(adapter, _adapter_base(adapter, None))
     texts = calibration_texts(role, picked, AutoTokenizer.from_pretrained(str(tok_dir)), adapter=adapter)
     return texts, f"{name} train, {len(texts)} rows"
 
