@@ -247,12 +247,59 @@ def test_recall_routing_caps_episodes():
     for i in range(6):
         ep = g.add_episode(f"Episode {i} about tea and cakes", source=f"D{i}")
         g.engram([(f"guest {i}", "drinks", "tea")], episode=ep)
-    cfg = RecallConfig(max_episode_share=0.25, touch=False, coactivation=False)
+    cfg = RecallConfig(max_episode_share=0.25, episode_share_by_memory=False, touch=False, coactivation=False)
     res = g.recall("tea and cakes", k=4, config=cfg)
     # k=4 and a 25% share: exactly one episode although all six mention "tea and cakes" verbatim
     assert len(res.items) == 4 and sum(it.kind == "episode" for it in res.items) == 1
     wide = g.recall("tea and cakes", k=4, config=replace(cfg, max_episode_share=1.0))
     assert sum(it.kind == "episode" for it in wide.items) > 1  # the cap, not the ranking, held them back
+    # by memory (the default): 6 episodes and 6 valid facts, so episodes may take half of k however low the share
+    by_mem = g.recall("tea and cakes", k=4, config=replace(cfg, episode_share_by_memory=True))
+    assert len(by_mem.items) == 4 and sum(it.kind == "episode" for it in by_mem.items) == 2
+
+
+def test_recall_routing_follows_a_memory_of_few_facts():
+    g = hash_graph()
+    for i in range(12):
+        ep = g.add_episode(f"Episode {i} about tea and cakes", source=f"D{i}")
+        g.engram([(f"guest {i % 3}", "drinks", "tea")], episode=ep)  # three facts, each restated four times
+    assert g.stats()["n_facts"] == 3 and g.stats()["n_episodes"] == 12
+    cfg = RecallConfig(touch=False, coactivation=False)  # share 0.5, by memory
+    # facts are 3/15 of the memory: ceil(0.2 * 4) = 1 place of k=4 (the fixed share keeps 2)
+    res = g.recall("tea and cakes", k=4, config=cfg)
+    assert len(res.items) == 4 and sum(it.kind == "episode" for it in res.items) == 3
+    fixed = g.recall("tea and cakes", k=4, config=replace(cfg, episode_share_by_memory=False))
+    assert sum(it.kind == "episode" for it in fixed.items) == 2
+
+
+def test_recall_returns_the_best_episodes_when_entities_take_the_anchor_places():
+    g = hash_graph()
+    # entities named by the query's words (the best anchors), never linked to the episodes
+    g.engram([("tea", "goes with", "cakes"), ("cakes", "go with", "tea"), ("tea cakes", "are", "tea")], source="menu")
+    for i in range(6):
+        g.add_episode(f"tea and cakes, said guest {i}", source=f"D{i}")
+    cfg = RecallConfig(n_anchors=4, anchors_per_k=1.0, max_episode_share=1.0, touch=False, coactivation=False)
+    res = g.recall("tea and cakes", k=4, config=cfg)
+    n_ent_anchors = sum(not a.node.startswith("ep") for a in res.trace.anchors)
+    assert n_ent_anchors >= 1  # an entity took an anchor place ...
+    n_eps = sum(it.kind == "episode" for it in res.items)
+    old = g.recall("tea and cakes", k=4, config=replace(cfg, candidate_episodes=False))
+    assert sum(it.kind == "episode" for it in old.items) == len(res.trace.anchors) - n_ent_anchors  # only anchors
+    # ... but the episode candidates still compete: the 4 best-scored items include more episodes than anchors
+    assert n_eps > len(res.trace.anchors) - n_ent_anchors
+    assert [it.score for it in res.items] == sorted((it.score for it in res.items), reverse=True)
+
+
+def test_superseded_facts_lower_their_episode_once():
+    for compound, expected in ((False, 0.5), (True, 0.25)):
+        g = hash_graph(compound_superseded=compound)
+        ep = g.add_episode("Lena lives in Paris and works at the bakery.", source="D1")
+        g.engram([("Lena", "lives in", "Paris"), ("Lena", "works at", "bakery")], episode=ep)
+        later = g.add_episode("Lena moved to Rome and works at the school now.", source="D2")
+        g.engram([("Lena", "lives in", "Rome"), ("Lena", "works at", "school")], episode=later)
+        assert g.stats()["n_invalidated"] == 2
+        assert g.nodes.confidence[g._idx(ep)] == pytest.approx(expected), compound  # two facts superseded
+        assert g.nodes.confidence[g._idx(later)] == pytest.approx(1.0)
 
 
 def test_vector_index_exact_and_approximate_switch():

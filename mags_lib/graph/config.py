@@ -254,7 +254,9 @@ class EngramConfig:
     # episodes
     link_episodes: bool = True  # link an episode node to the entities of the facts it produced
     episode_link_strength: float = 0.5  # strength of episode -> entity edges
-    superseded_episode_confidence: float = 0.5  # episodes of a superseded fact: confidence *= this
+    superseded_episode_confidence: float = 0.5  # episodes of a superseded fact: confidence at most this ...
+    compound_superseded: bool = False  # ... or multiplied by it at every superseded fact (before 2026-12-01: an
+    # episode that said 3 later-superseded facts fell to 0.125 and left LoCoMo's top 10 with the details the facts lost)
     max_provenance: int | None = 8  # episode (and source) ids kept per edge: the first and the newest
     # max_provenance - 1; restatements dropped from the lists are counted (edge provenance_dropped); None: all
 
@@ -367,7 +369,11 @@ class RecallConfig:
     direction: str = "both"  # follow edges "out" of a node only, or "both" ways
     relevance_weight: float = 0.7  # score = ((1-w) * anchor_sim * path + w * relevance) * (1 + confidence) / 2
     include_episodes: bool = True  # episodes can be anchors and results
-    max_episode_share: float = 0.5  # routing: at most this share of k are episodes (unless facts run out)
+    candidate_episodes: bool = True  # the best ceil(anchors) episode candidates of each query are results even
+    # when entity anchors took their anchor places (scored as anchors are); False: only anchors and reached
+    max_episode_share: float = 0.5  # routing: at most this share of k are episodes (unless facts run out) ...
+    episode_share_by_memory: bool = True  # ... or the episodes' share of the memory's episodes and valid facts
+    # when larger (a conversation the writer drew few facts from); False: the fixed share (the ablation)
     touch: bool = True  # update access counts/last-access of returned nodes and edges
     coactivation: bool = True  # record co-activation for Hebbian strengthening at the next maintain
     # history: superseded facts (valid=False) reached through their subject or object

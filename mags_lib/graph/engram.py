@@ -459,8 +459,9 @@ def supersede(g, loser: int, winner: int, *, keep_episodes=(), time: str | None 
     """Invalidate fact edge ``loser`` in favour of edge ``winner`` (unlogged).
 
     The old fact leaves the traversable structure (``valid=False``, ``valid_to``, ``invalidated_by``)
-    and the episodes that said it -- except ``keep_episodes`` -- lose confidence
-    (``superseded_episode_confidence``), so recall ranks them lower. Its interval closes at ``time``
+    and the episodes that said it -- except ``keep_episodes`` -- lose confidence (at most
+    ``superseded_episode_confidence``; multiplied by it each time with ``compound_superseded``), so recall ranks
+    them lower. Its interval closes at ``time``
     (when the superseding observation was said; default: when ``winner`` was first said).
     """
     nd, ed = g.nodes, g.edges
@@ -468,7 +469,10 @@ def supersede(g, loser: int, winner: int, *, keep_episodes=(), time: str | None 
     for ep_id in ed.episodes[loser]:  # the inputs that said the old fact now count less
         j = g._ep_row(ep_id)
         if j >= 0 and nd.alive[j] and ep_id not in keep_episodes:
-            nd.confidence[j] *= g.config.engram.superseded_episode_confidence
+            if g.config.engram.compound_superseded:
+                nd.confidence[j] *= g.config.engram.superseded_episode_confidence
+            else:  # once: an episode is outdated or not, however many of the facts drawn from it were superseded
+                nd.confidence[j] = min(nd.confidence[j], g.config.engram.superseded_episode_confidence)
 
 
 def reconcile_subject(g, i: int) -> int:

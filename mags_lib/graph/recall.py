@@ -34,8 +34,17 @@ episodes only):
    vector ``e_subject + e_relation + e_object`` (the episode's own vector for an episode), made
    hybrid like the anchors' (a fact's BM25: its subject, relation and object's text; an episode's
    with its context). Each item keeps its best score;
-5. **route** between the blocks: at most ``ceil(max_episode_share * k)`` episodes, unless there
-   are too few facts to fill ``k``.
+   The best ``A`` episode candidates of each query are scored as anchors are even when entity
+   anchors took their places (``candidate_episodes``): an episode's score does not depend on being
+   a traversal start, and without it a memory with entities lost its best episodes to them (on
+   LoCoMo, 1.7 of 10 anchors were entities);
+5. **route** between the blocks: at most ``ceil(share * k)`` episodes, unless there are too few
+   facts to fill ``k``; ``share`` is ``max_episode_share``, or with ``episode_share_by_memory``
+   ``1 - ceil(f * k) / k`` when that is larger, ``f`` the facts' share of the memory's alive
+   episodes and valid facts (superseded ones too when history is recalled): a long conversation
+   the writer drew few facts from keeps for facts the places its facts' share gives them, rounded
+   up (conv-30 of LoCoMo holds 369 episodes and 32 facts, and half of k for facts gave most places
+   to facts whose source was not the question's evidence).
 
 ``RecallConfig(anchors_per_k=0, lexical_weight=0, episode_context=0)`` is recall as it was before
 hybrid anchors (the same items, scores and traces: the ablation). On LoCoMo with a memory of
@@ -237,6 +246,7 @@ def recall(g, query: str | Sequence[str], k: int = 10, query_embeddings: np.ndar
 
     covered: set = set()
     anchors: list[tuple[int, int, float]] = []  # (node, query, sim)
+    ep_cands: list[tuple[int, np.ndarray, np.ndarray]] = []  # (query, best episode candidates, their sims)
     chosen: set = set()
     for qi in range(len(queries)):
         rows, sims = rel_.candidates(g, qi, *ent_hits[qi], "ent", n_cand)
@@ -247,6 +257,8 @@ def recall(g, query: str | Sequence[str], k: int = 10, query_embeddings: np.ndar
                 sims = np.concatenate([sims, esims])
                 order = np.lexsort((rows, -sims))[:n_cand]
                 rows, sims = rows[order], sims[order]
+        if ep_hits is not None and cfg.candidate_episodes and erows.size:
+            ep_cands.append((qi, erows[:n_anchors], esims[:n_anchors]))
         cand = [int(r) for r in rows.tolist() if r not in chosen]
         csim = [float(s) for r, s in zip(rows.tolist(), sims.tolist()) if r not in chosen]
         for r, s in zip(cand, csim):
@@ -331,6 +343,15 @@ def recall(g, query: str | Sequence[str], k: int = 10, query_embeddings: np.ndar
             if dfs:
                 nexts.reverse()  # best explored first
             frontier.extend(nexts)
+    # the best episode candidates are results whether or not they were chosen as anchors (entity anchors
+    # take anchor places, but an episode's score does not depend on being a traversal start)
+    for qi, erows, esims in ep_cands:
+        for r, s in zip(erows.tolist(), esims.tolist()):
+            if s < cfg.min_anchor_similarity:
+                continue
+            old = reached.get(-1 - r)
+            if old is None or s > old[0] * old[1]:
+                reached[-1 - r] = (1.0, float(s), qi, (r,), ())
     euid = ed.uid  # the trace and the items name edges by id, not by row
     trace.edge_weights = {int(euid[e]): float(w) for e, w in edge_w.items()}
     trace.node_weights = {g.node_id(n): float(w) for n, w in node_w.items()}
@@ -379,6 +400,12 @@ def recall(g, query: str | Sequence[str], k: int = 10, query_embeddings: np.ndar
                     scores[j] *= cfg.year_weight
     order = sorted(range(len(keys)), key=lambda j: (-scores[j], keys[j]))
     max_ep = int(np.ceil(cfg.max_episode_share * int(k)))
+    if cfg.episode_share_by_memory and with_eps and max_ep < int(k):
+        # a memory mostly of episodes (few facts drawn) keeps for facts only their share of it (rounded up)
+        n_e = int(np.count_nonzero(nd.alive & (kinds == KIND_EPISODE)))
+        n_f = int(np.count_nonzero(ed.alive & (ed.valid | with_history) & (ekind == EDGE_FACT)))
+        if n_e + n_f:
+            max_ep = max(max_ep, int(k) - int(np.ceil(n_f / (n_e + n_f) * int(k) - 1e-9)))
     n_facts = sum(1 for x in keys if x >= 0)
     max_ep = max(max_ep, int(k) - n_facts)  # routing: episodes fill what facts cannot
     picked, n_ep = [], 0
