@@ -256,7 +256,7 @@ class EngramConfig:
     episode_link_strength: float = 0.5  # strength of episode -> entity edges
     superseded_episode_confidence: float = 0.5  # episodes of a superseded fact: confidence at most this ...
     compound_superseded: bool = False  # ... or multiplied by it at every superseded fact (before 2026-12-01: an
-    # episode that said 3 later-superseded facts fell to 0.125 and left LoCoMo's top 10 with the details the facts lost)
+    # episode two of whose facts were superseded fell to 0.25 and left LoCoMo's top 10 with what the facts lost)
     max_provenance: int | None = 8  # episode (and source) ids kept per edge: the first and the newest
     # max_provenance - 1; restatements dropped from the lists are counted (edge provenance_dropped); None: all
 
@@ -372,8 +372,8 @@ class RecallConfig:
     candidate_episodes: bool = True  # the best ceil(anchors) episode candidates of each query are results even
     # when entity anchors took their anchor places (scored as anchors are); False: only anchors and reached
     max_episode_share: float = 0.5  # routing: at most this share of k are episodes (unless facts run out) ...
-    episode_share_by_memory: bool = True  # ... or the episodes' share of the memory's episodes and valid facts
-    # when larger (a conversation the writer drew few facts from); False: the fixed share (the ablation)
+    episode_share_by_memory: bool = True  # ... or more: facts keep at most ceil(f * k) places, f their share of the
+    # memory's alive episodes and valid facts (a conversation the writer drew few facts from); False: the fixed share
     touch: bool = True  # update access counts/last-access of returned nodes and edges
     coactivation: bool = True  # record co-activation for Hebbian strengthening at the next maintain
     # history: superseded facts (valid=False) reached through their subject or object
