@@ -137,3 +137,87 @@ def test_ops_per_input_counts_the_model_and_the_gold(tmp_path):
     p.write_text("\n".join([json.dumps({"cache_key": "k"})] + [json.dumps(r) for r in recs]) + "\n")
     got = ops_per_input(p)
     assert (got["n"], got["pred_ops"], got["gold_ops"]) == (2, 2.0, 1.5)  # (1 + 3) / 2 and (2 + 1) / 2
+
+
+def test_heldout_outcome_scores_gold_writes_and_junk_and_is_read_back_while_its_inputs_hold(tmp_path):
+    """The held-out outcome on 3 smoke test-world scenarios with an oracle reader: gold writes answer every
+    question (1.0), junk none (0.0); a second call with the same model file, prompt and scenarios reads the
+    file back (the reader is not asked again), a changed model file or prompt computes it again."""
+    import os
+
+    from mags_lib.data import outcome
+    from mags_lib.training.objectives import heldout_outcome
+    from tests.fakes import TableBackend
+
+    worlds = outcome.heldout_worlds("test", profile="smoke", seed=0)
+    rows = outcome.build_outcome_rows(OutcomeConfig(n=3, worlds=len(worlds), seed=0, roles=("write",)),
+                                      worlds=worlds, split="test", progress=False)["write"]
+    asked = []
+
+    def reader(question, items):
+        asked.append(question)
+        return _oracle(question, items)
+
+    model = tmp_path / "model.gguf"
+    model.write_text("v1")
+    gold = TableBackend({r["input"]: r["response"] for r in rows})
+    gold.model_path = str(model)
+    prompt = ROLE_SPECS["write"].trained
+    kw = {"profile": "smoke", "n": 3, "reader": reader, "embedder": "hash", "out": tmp_path / "v"}
+    first = heldout_outcome("write", gold, prompt, **kw)
+    assert (first["outcome"], first["cached"], len(gold.calls)) == (1.0, False, 3)
+    n_asked = len(asked)
+    again = heldout_outcome("write", gold, prompt, **kw)
+    assert (again["per_row"], again["cached"], len(gold.calls), len(asked)) == (first["per_row"], True, 3, n_asked)
+    junk = TableBackend({}, default="<memory_write>nothing,is,here</memory_write>")
+    junk.model_path = str(model)
+    model.write_text("v2 (re-exported)")
+    os.utime(model, ns=(1, 1))
+    res = heldout_outcome("write", junk, prompt, **kw)  # same path, another file: computed again
+    assert (res["outcome"], res["cached"], len(junk.calls)) == (0.0, False, 3)
+    other = dataclasses.replace(prompt, system=prompt.system + " Be brief.")
+    assert heldout_outcome("write", junk, other, **kw)["cached"] is False
+
+
+def test_paired_with_compares_the_same_inputs_and_refuses_other_ones(tmp_path):
+    from mags_lib.training.objectives import paired_with
+
+    w = "<memory_write>{}</memory_write>"
+    golds = [w.format(f"s{i},r,o{i}") for i in range(40)]
+
+    def write(variant, outputs, scores, ids=None):
+        d = tmp_path / variant
+        (d / "eval" / "grpo").mkdir(parents=True)
+        recs = [{"id": f"g{i}", "gold": g, "output": o} for i, (g, o) in enumerate(zip(golds, outputs))]
+        (d / "eval" / "grpo" / "predictions_gen_write_free.jsonl").write_text(
+            "\n".join([json.dumps({"cache_key": "k"})] + [json.dumps(r) for r in recs]) + "\n")
+        ids = ids or [f"o{i}" for i in range(len(scores))]
+        (d / "heldout_outcome.jsonl").write_text("\n".join(
+            [json.dumps({"cache_key": "k"})] + [json.dumps({"id": i, "input": "x", "output": "y", "score": s})
+                                                for i, s in zip(ids, scores)]) + "\n")
+
+    write("imitation", golds, [1.0] * 20 + [0.0] * 20)
+    write("better", golds, [1.0] * 30 + [0.0] * 10)  # 10 more scenarios answered, same writes
+    write("worse", golds[:20] + [""] * 20, [1.0] * 20 + [0.0] * 20)  # half the facts left unwritten
+    write("other", golds, [1.0] * 40, ids=[f"z{i}" for i in range(40)])
+    b = paired_with(tmp_path, "better", role="write")
+    assert b["outcome_minus_imitation"] == pytest.approx(0.25) and 0.1 < b["outcome_diff_lo"] <= 0.25 <= b["outcome_diff_hi"]
+    assert b["op_f1_minus_imitation"] == 0.0 and b["op_f1_diff_lo"] == b["op_f1_diff_hi"] == 0.0
+    worse = paired_with(tmp_path, "worse", role="write")
+    assert worse["op_f1_minus_imitation"] == pytest.approx(2 * 20 / 60 - 1) and worse["op_f1_diff_hi"] < 0
+    assert "outcome_minus_imitation" not in paired_with(tmp_path, "other", role="write")  # other scenarios
+
+
+@pytest.mark.parametrize(("ops", "reach"), [(1.5, "out of reach"), (2.2, "within reach")])
+def test_findings_say_when_a_30_percent_cut_cannot_keep_op_f1(ops, reach):
+    import pandas as pd
+
+    from mags_lib.training.objectives import findings
+
+    t = pd.DataFrame([{"variant": "imitation", "op_f1_gen": .97, "ops_per_input": ops, "gold_ops_per_input": 1.5,
+                       "heldout_outcome": .5},
+                      {"variant": "graph_cost-2", "op_f1_gen": .96, "ops_per_input": ops * .95,
+                       "gold_ops_per_input": 1.5, "heldout_outcome": .5, "op_f1_diff_lo": -.03, "op_f1_diff_hi": .01}])
+    lines = findings(t)
+    assert any(line.startswith("bound:") and line.endswith(reach) for line in lines), lines
+    assert "[-0.030, +0.010]" in lines[0] and lines[0].endswith("missed")  # -5 % of operations only

@@ -22,35 +22,9 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-import numpy as np
+from ..metrics import op_f1_difference
 
 __all__ = ["op_f1_difference", "run"]
-
-
-def _micro_f1(tp: np.ndarray, n_pred: np.ndarray, n_gold: np.ndarray) -> np.ndarray:
-    p, g = n_pred.sum(-1), n_gold.sum(-1)
-    t = tp.sum(-1)
-    return np.where(p + g > 0, 2 * t / np.maximum(p + g, 1), 1.0)
-
-
-def op_f1_difference(a: Sequence[dict], b: Sequence[dict], *, n_boot: int = 2000, seed: int = 0) -> dict:
-    """Micro op F1 of ``a`` minus that of ``b`` (per-example rows of :func:`mags_lib.metrics.evaluate_predictions`
-    on the same prompts) with a 95 % paired percentile-bootstrap interval over the prompts.
-
-    >>> a = [{"sem_tp": 1, "n_pred": 1, "n_gold": 1}, {"sem_tp": 0, "n_pred": 1, "n_gold": 1}]
-    >>> op_f1_difference(a, a, n_boot=10)["difference"]
-    0.0
-    """
-    if len(a) != len(b) or not a:
-        raise ValueError(f"need the same non-empty prompts on both sides, got {len(a)} and {len(b)}")
-    arr = {k: (np.array([r[f] for r in a]), np.array([r[f] for r in b])) for k, f in
-           (("tp", "sem_tp"), ("p", "n_pred"), ("g", "n_gold"))}
-    diff = float(_micro_f1(arr["tp"][0], arr["p"][0], arr["g"][0]) - _micro_f1(arr["tp"][1], arr["p"][1], arr["g"][1]))
-    idx = np.random.default_rng(seed).integers(0, len(a), size=(n_boot, len(a)))
-    boots = (_micro_f1(arr["tp"][0][idx], arr["p"][0][idx], arr["g"][0][idx])
-             - _micro_f1(arr["tp"][1][idx], arr["p"][1][idx], arr["g"][1][idx]))
-    lo, hi = np.percentile(boots, [2.5, 97.5])
-    return {"difference": diff, "interval": [float(lo), float(hi)], "n": len(a), "n_boot": n_boot}
 
 
 def run(role: str, run_tag: str, *, rows: Sequence[int] = (0, 128), n_prompts: int = 100, max_new_tokens: int = 128,

@@ -30,13 +30,14 @@ reward optimises, on worlds no training row saw.
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from .config import OBJECTIVES, TrainConfig, profile_config, with_objective
 
-__all__ = ["Variant", "evaluate_variant", "findings", "heldout_outcome", "ops_per_input", "plot_signal",
+__all__ = ["Variant", "evaluate_variant", "findings", "heldout_outcome", "ops_per_input", "paired_with", "plot_signal",
            "plot_tradeoff", "variant_config", "variant_table", "variant_tag", "variants"]
 
 
@@ -103,6 +104,30 @@ def ops_per_input(predictions: str | Path) -> dict:
     return {"n": len(recs), "pred_ops": pred, "gold_ops": gold, "ratio": pred / gold if gold else None}
 
 
+def _outcome_key(role: str, backend, prompt, rows: Sequence[dict], *, profile: str, seed: int, reader,
+                 embedder) -> str:
+    """Cache key of a held-out outcome: the model file (path, size, mtime), the prompt, the reader and the
+    scenarios themselves (ids, inputs, questions and answers)."""
+    import hashlib
+
+    from ..evaluate import _model_id
+
+    h = hashlib.sha256(json.dumps({"role": role, "model": _model_id(backend), "prompt": prompt.to_dict(),
+                                   "profile": profile, "seed": seed, "reader": str(reader), "embedder": str(embedder)},
+                                  sort_keys=True, default=str).encode())
+    for r in rows:
+        h.update(json.dumps([r["id"], r["input"], r["scenario"]], sort_keys=True, default=str).encode() + b"\n")
+    return h.hexdigest()[:16]
+
+
+def _outcome_records(path: Path) -> list[dict]:
+    """The per-scenario records of a ``heldout_outcome.jsonl`` (its cache header skipped; files written
+    before the header have none)."""
+    lines = [x for x in path.read_text().splitlines() if x.strip()]
+    recs = [json.loads(x) for x in lines]
+    return [r for r in recs if "cache_key" not in r]
+
+
 def heldout_outcome(role: str, backend, prompt, *, profile: str = "default", seed: int = 0, n: int = 100,
                     reader="llamacpp", reader_threads: int = 1, embedder="minilm", out: str | Path | None = None,
                     progress: bool = False) -> dict:
@@ -111,10 +136,12 @@ def heldout_outcome(role: str, backend, prompt, *, profile: str = "default", see
 
     Scenarios come from the **test** worlds of the profile's datasets (:func:`mags_lib.data.outcome.
     heldout_worlds`), ``n`` of them; scored by the reward functions themselves. Returns ``{"n",
-    "outcome", "per_row"}``; the outputs are written to ``out/heldout_outcome.jsonl`` when ``out`` is
-    given.
+    "outcome", "per_row", "cached"}``. With ``out``, the outputs are written to ``out/heldout_outcome.jsonl``
+    behind a cache header (the model file, prompt, reader and scenarios): a second call with the same
+    inputs reads them back instead of generating and scoring again.
     """
     from ..data import outcome
+    from ..repro import atomic_write_text
     from ..rewards import get_reward
 
     if role not in ("write", "ask"):
@@ -122,6 +149,19 @@ def heldout_outcome(role: str, backend, prompt, *, profile: str = "default", see
     worlds = outcome.heldout_worlds("test", profile=profile, seed=seed)
     ocfg = outcome.OutcomeConfig(n=n, worlds=len(worlds), seed=seed, roles=(role,))
     rows = outcome.build_outcome_rows(ocfg, worlds=worlds, split="test", progress=progress)[role]
+    key = _outcome_key(role, backend, prompt, rows, profile=profile, seed=seed, reader=reader, embedder=embedder)
+    path = None if out is None else Path(out) / "heldout_outcome.jsonl"
+    if path is not None and path.is_file():
+        first = path.read_text().split("\n", 1)[0]
+        try:
+            head = json.loads(first) if first.strip() else {}
+        except json.JSONDecodeError:
+            head = {}
+        if head.get("cache_key") == key:
+            recs = _outcome_records(path)
+            if [r["id"] for r in recs] == [r["id"] for r in rows]:
+                scores = [float(r["score"]) for r in recs]
+                return {"n": len(rows), "outcome": sum(scores) / len(scores), "per_row": scores, "cached": True}
     msgs = [prompt.messages(r["input"]) for r in rows]
     texts = []
     for start in range(0, len(msgs), 8):
@@ -130,14 +170,14 @@ def heldout_outcome(role: str, backend, prompt, *, profile: str = "default", see
         texts += [g.text for g in gens]
     reward = get_reward(f"outcome_{role}", reader=reader, n_threads=reader_threads, embedder=embedder, seed=seed)
     scores = reward(texts, scenario=[r["scenario"] for r in rows])
-    if out is not None:
-        from ..repro import atomic_write_text
-
-        Path(out).mkdir(parents=True, exist_ok=True)
-        atomic_write_text(Path(out) / "heldout_outcome.jsonl", "".join(
+    if path is not None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        head = json.dumps({"cache_key": key, "role": role, "n": len(rows), "profile": profile, "seed": seed,
+                           "reader": str(reader), "prompt": prompt.to_dict()}, default=str)
+        atomic_write_text(path, head + "\n" + "".join(
             json.dumps({"id": r["id"], "input": r["input"], "output": t, "score": s}, ensure_ascii=False) + "\n"
             for r, t, s in zip(rows, texts, scores)))
-    return {"n": len(rows), "outcome": sum(scores) / len(scores), "per_row": scores}
+    return {"n": len(rows), "outcome": sum(scores) / len(scores), "per_row": scores, "cached": False}
 
 
 def evaluate_variant(role: str, tag: str, profile: str, out_dir: str | Path, *, n: int, seed: int = 0,
@@ -194,10 +234,9 @@ def variant_table(results: dict, logs: dict, *, out_dir: str | Path | None = Non
         gen_ops = next((v for k, v in r["ops"].items() if k.startswith("gen_")), {})
         samples = []
         if out_dir is not None and (Path(out_dir) / name / "heldout_outcome.jsonl").is_file():
-            lines = (Path(out_dir) / name / "heldout_outcome.jsonl").read_text().splitlines()
             samples = [{"completion": x["output"], "reward": x["score"], "input": x["input"],
                         "role": role or ("write" if "write" in x["id"] else "ask")}
-                       for x in map(json.loads, lines) if x]
+                       for x in _outcome_records(Path(out_dir) / name / "heldout_outcome.jsonl")]
         sig = signal_report(logs.get(name) or [], samples)
         rows.append({"variant": name,
                      "adherence": _pick(r["scores"], "gen", "adherence"),
@@ -209,7 +248,47 @@ def variant_table(results: dict, logs: dict, *, out_dir: str | Path | None = Non
                      "zero_std_mean": (sig["zero_std"] or {}).get("mean"), "kl_last": (sig["kl"] or {}).get("last"),
                      "reward_first": (sig["reward"] or {}).get("first"), "reward_last": (sig["reward"] or {}).get("last"),
                      "hacking_share": sig["hacking"], **{f"flag_{k}": v for k, v in sig["flags"].items()}})
-    return pd.DataFrame(rows)
+    table = pd.DataFrame(rows)
+    if out_dir is not None and "imitation" in results:
+        paired = [paired_with(out_dir, name, "imitation", role=role) if name != "imitation" else {}
+                  for name in table["variant"]]
+        for col in ("op_f1_minus_imitation", "op_f1_diff_lo", "op_f1_diff_hi", "outcome_minus_imitation",
+                    "outcome_diff_lo", "outcome_diff_hi"):
+            table[col] = [p.get(col) for p in paired]
+    return table
+
+
+def paired_with(out_dir: str | Path, name: str, ref: str = "imitation", *, role: str | None = None,
+                n_boot: int = 2000, seed: int = 0) -> dict:
+    """Variant ``name`` minus variant ``ref`` on the same held-out inputs, with 95 % paired bootstrap
+    intervals: op F1 on the generated test split (free decoding; :func:`mags_lib.metrics.op_f1_difference`)
+    and the held-out outcome per mini-scenario (:func:`mags_lib.metrics.mean_difference`). Read from the
+    files :func:`evaluate_variant` wrote under ``out_dir/<variant>/``; a figure whose files are missing or
+    hold other inputs is left out."""
+    from .. import metrics
+
+    out: dict = {}
+    root = Path(out_dir)
+    a, b = (root / v / "heldout_outcome.jsonl" for v in (name, ref))
+    if a.is_file() and b.is_file():
+        ra, rb = _outcome_records(a), _outcome_records(b)
+        if ra and [r["id"] for r in ra] == [r["id"] for r in rb]:
+            d = metrics.mean_difference([r["score"] for r in ra], [r["score"] for r in rb], n_boot=n_boot, seed=seed)
+            out.update(outcome_minus_imitation=d["difference"], outcome_diff_lo=d["interval"][0],
+                       outcome_diff_hi=d["interval"][1])
+    pa = sorted((root / name / "eval" / "grpo").glob("predictions_gen_*_free.jsonl"))
+    pb = sorted((root / ref / "eval" / "grpo").glob("predictions_gen_*_free.jsonl"))
+    if pa and pb and pa[0].name == pb[0].name:
+        ea, eb = ([json.loads(x) for x in p[0].read_text().splitlines()[1:] if x.strip()] for p in (pa, pb))
+        if ea and [r["id"] for r in ea] == [r["id"] for r in eb]:
+            r_ = role or ("write" if "_write_" in pa[0].name else "ask")
+            golds = [r["gold"] for r in ea]
+            sa = metrics.evaluate_predictions([r["output"] for r in ea], golds, r_).per_example
+            sb = metrics.evaluate_predictions([r["output"] for r in eb], golds, r_).per_example
+            d = metrics.op_f1_difference(sa, sb, n_boot=n_boot, seed=seed)
+            out.update(op_f1_minus_imitation=d["difference"], op_f1_diff_lo=d["interval"][0],
+                       op_f1_diff_hi=d["interval"][1])
+    return out
 
 
 def findings(table) -> list[str]:
@@ -240,15 +319,47 @@ def findings(table) -> list[str]:
         ok = cut >= 0.30 and drop <= 0.02
         met += [name] if ok else []
         out.append(f"{name}: operations per input {-cut:+.0%} ({base['ops_per_input']:.2f} -> {r['ops_per_input']:.2f}) "
-                   f"at op F1 {-drop:+.3f} (target: -30% at <= 2 points): {'met' if ok else 'missed'}")
+                   f"at op F1 {-drop:+.3f}{_interval(r, 'op_f1')} (target: -30% at <= 2 points): {'met' if ok else 'missed'}")
     if any(n.startswith("graph_cost") for n in rows):
         out.append("graph-cost target (a weight cutting operations >= 30% at <= 2 points of op F1): "
                    + (f"met by {', '.join(met)}" if met else "missed by every weight tried"))
+        cap = cut_f1_bound(base)
+        if cap is not None:
+            out.append(f"bound: imitation stores {base['ops_per_input']:.2f} operations per input against the gold's "
+                       f"{base['gold_ops_per_input']:.2f}; a 30% cut leaves {0.7 * base['ops_per_input']:.2f}, which caps "
+                       f"micro op F1 at {cap:.3f} (every kept operation right), {cap - base['op_f1_gen']:+.3f} against "
+                       f"imitation's {base['op_f1_gen']:.3f}: for this writer the target is "
+                       + ("out of reach" if base["op_f1_gen"] - cap > 0.02 else "within reach"))
     if "outcome" in rows:
         o, b = rows["outcome"]["heldout_outcome"], base["heldout_outcome"]
-        out.append(f"outcome: held-out outcome {o:.3f} vs imitation {b:.3f} (target: at least as good): "
-                   f"{'met' if o >= b else 'missed'}")
+        out.append(f"outcome: held-out outcome {o:.3f} vs imitation {b:.3f}{_interval(rows['outcome'], 'outcome')} "
+                   f"(target: at least as good): {'met' if o >= b else 'missed'}")
     return out
+
+
+def cut_f1_bound(row: dict, cut: float = 0.30) -> float | None:
+    """The highest micro op F1 a model can reach storing ``1 - cut`` times the operations of ``row``
+    (``ops_per_input``) against the gold's (``gold_ops_per_input``): true positives are at most
+    ``min(stored, gold)``, so F1 <= 2 min(P, G) / (P + G). ``None`` without the two counts.
+
+    >>> round(cut_f1_bound({"ops_per_input": 1.5, "gold_ops_per_input": 1.5}), 3)  # 1.05 of 1.5 stored
+    0.824
+    >>> round(cut_f1_bound({"ops_per_input": 2.2, "gold_ops_per_input": 1.5}), 3)  # an over-writer loses little
+    0.987
+    """
+    p, g = row.get("ops_per_input"), row.get("gold_ops_per_input")
+    if p is None or g is None or math.isnan(p) or math.isnan(g) or p + g <= 0:
+        return None
+    p = (1.0 - cut) * p
+    return 2.0 * min(p, g) / (p + g)
+
+
+def _interval(row: dict, what: str) -> str:
+    """``", paired 95 % interval [lo, hi]"`` of a variant's difference to imitation, when the table has it."""
+    lo, hi = row.get(f"{what}_diff_lo"), row.get(f"{what}_diff_hi")
+    if lo is None or hi is None or math.isnan(lo) or math.isnan(hi):
+        return ""
+    return f" (paired 95 % interval of the difference [{lo:+.3f}, {hi:+.3f}])"
 
 
 def plot_signal(logs: dict, *, path: str | Path | None = None):
