@@ -206,6 +206,13 @@ def test_paired_with_compares_the_same_inputs_and_refuses_other_ones(tmp_path):
     worse = paired_with(tmp_path, "worse", role="write")
     assert worse["op_f1_minus_imitation"] == pytest.approx(2 * 20 / 60 - 1) and worse["op_f1_diff_hi"] < 0
     assert "outcome_minus_imitation" not in paired_with(tmp_path, "other", role="write")  # other scenarios
+    from mags_lib.training.objectives import variant_table
+
+    res = {v: {"scores": [], "ops": {}, "outcome": {"outcome": 0.5, "n": 40}} for v in ("imitation", "better")}
+    t = variant_table(res, {}, out_dir=tmp_path, role="write")
+    rec = {r["variant"]: r for r in t.to_dict(orient="records")}
+    assert rec["imitation"]["outcome_minus_imitation"] is None  # null in metrics.json, not NaN
+    assert rec["better"]["outcome_minus_imitation"] == 0.25 and rec["better"]["op_f1_minus_imitation"] == 0.0
 
 
 @pytest.mark.parametrize(("ops", "reach"), [(1.5, "out of reach"), (2.2, "within reach")])

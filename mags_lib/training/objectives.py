@@ -254,7 +254,8 @@ def variant_table(results: dict, logs: dict, *, out_dir: str | Path | None = Non
                   for name in table["variant"]]
         for col in ("op_f1_minus_imitation", "op_f1_diff_lo", "op_f1_diff_hi", "outcome_minus_imitation",
                     "outcome_diff_lo", "outcome_diff_hi"):
-            table[col] = [p.get(col) for p in paired]
+            vals = [None if p.get(col) is None else round(float(p[col]), 4) for p in paired]
+            table[col] = pd.Series(vals, dtype=object)  # imitation's: None (JSON null, not NaN)
     return table
 
 
