@@ -356,7 +356,8 @@ def cut_f1_bound(row: dict, cut: float = 0.30) -> float | None:
 
 
 def _interval(row: dict, what: str) -> str:
-    """``", paired 95 % interval [lo, hi]"`` of a variant's difference to imitation, when the table has it."""
+    """`` (paired 95 % interval of the difference [lo, hi])`` of a variant's difference to imitation, when the
+    table has it; else an empty string."""
     lo, hi = row.get(f"{what}_diff_lo"), row.get(f"{what}_diff_hi")
     if lo is None or hi is None or math.isnan(lo) or math.isnan(hi):
         return ""
