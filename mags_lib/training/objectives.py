@@ -341,16 +341,19 @@ def findings(table) -> list[str]:
 def cut_f1_bound(row: dict, cut: float = 0.30) -> float | None:
     """The highest micro op F1 a model can reach storing ``1 - cut`` times the operations of ``row``
     (``ops_per_input``) against the gold's (``gold_ops_per_input``): true positives are at most
-    ``min(stored, gold)``, so F1 <= 2 min(P, G) / (P + G). ``None`` without the two counts.
+    ``min(stored, gold)``, so F1 <= 2 min(P, G) / (P + G). ``None`` without the two counts, or when the
+    model stores nothing.
 
     >>> round(cut_f1_bound({"ops_per_input": 1.5, "gold_ops_per_input": 1.5}), 3)  # 1.05 of 1.5 stored
     0.824
     >>> round(cut_f1_bound({"ops_per_input": 2.2, "gold_ops_per_input": 1.5}), 3)  # an over-writer loses little
     0.987
+    >>> cut_f1_bound({"ops_per_input": 0.0, "gold_ops_per_input": 2.0}) is None  # nothing stored, nothing to cut
+    True
     """
     p, g = row.get("ops_per_input"), row.get("gold_ops_per_input")
-    if p is None or g is None or math.isnan(p) or math.isnan(g) or p + g <= 0:
-        return None
+    if p is None or g is None or math.isnan(p) or math.isnan(g) or p <= 0 or g < 0:
+        return None  # a model that stores nothing has nothing to cut
     p = (1.0 - cut) * p
     return 2.0 * min(p, g) / (p + g)
 
