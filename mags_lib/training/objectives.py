@@ -90,8 +90,7 @@ def ops_per_input(predictions: str | Path) -> dict:
     the model's (lenient parse) and the gold's means, and their ratio."""
     from .. import protocol
 
-    lines = Path(predictions).read_text().splitlines()[1:]  # the first line is the cache header
-    recs = [json.loads(x) for x in lines if x.strip()]
+    recs = _prediction_records(predictions)
     if not recs:
         raise ValueError(f"{predictions} holds no predictions")
     role = "write" if any("<memory_write>" in r["gold"] for r in recs) else "ask"
@@ -118,6 +117,12 @@ def _outcome_key(role: str, backend, prompt, rows: Sequence[dict], *, profile: s
     for r in rows:
         h.update(json.dumps([r["id"], r["input"], r["scenario"]], sort_keys=True, default=str).encode() + b"\n")
     return h.hexdigest()[:16]
+
+
+def _prediction_records(path: str | Path) -> list[dict]:
+    """The records of an evaluation's ``predictions_<set>_<mode>.jsonl`` (its first line, the cache header,
+    skipped)."""
+    return [json.loads(x) for x in Path(path).read_text().splitlines()[1:] if x.strip()]
 
 
 def _outcome_records(path: Path) -> list[dict]:
@@ -152,13 +157,12 @@ def heldout_outcome(role: str, backend, prompt, *, profile: str = "default", see
     key = _outcome_key(role, backend, prompt, rows, profile=profile, seed=seed, reader=reader, embedder=embedder)
     path = None if out is None else Path(out) / "heldout_outcome.jsonl"
     if path is not None and path.is_file():
-        first = path.read_text().split("\n", 1)[0]
         try:
-            head = json.loads(first) if first.strip() else {}
+            recs = [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
         except json.JSONDecodeError:
-            head = {}
-        if head.get("cache_key") == key:
-            recs = _outcome_records(path)
+            recs = []
+        if recs and recs[0].get("cache_key") == key:
+            recs = recs[1:]
             if [r["id"] for r in recs] == [r["id"] for r in rows]:
                 scores = [float(r["score"]) for r in recs]
                 return {"n": len(rows), "outcome": sum(scores) / len(scores), "per_row": scores, "cached": True}
@@ -280,7 +284,7 @@ def paired_with(out_dir: str | Path, name: str, ref: str = "imitation", *, role:
     pa = sorted((root / name / "eval" / "grpo").glob("predictions_gen_*_free.jsonl"))
     pb = sorted((root / ref / "eval" / "grpo").glob("predictions_gen_*_free.jsonl"))
     if pa and pb and pa[0].name == pb[0].name:
-        ea, eb = ([json.loads(x) for x in p[0].read_text().splitlines()[1:] if x.strip()] for p in (pa, pb))
+        ea, eb = _prediction_records(pa[0]), _prediction_records(pb[0])
         if ea and [r["id"] for r in ea] == [r["id"] for r in eb]:
             r_ = role or ("write" if "_write_" in pa[0].name else "ask")
             golds = [r["gold"] for r in ea]
