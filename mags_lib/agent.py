@@ -130,6 +130,9 @@ class MAGSConfig:
     stop_repeats: bool = True  # ask / write: decoding ends at the first repeated tag, which adds no operation
     # (a looping model spends its budget on one triplet and is cut off mid-tag; False: decode as it loops)
     answer_stop: tuple | None = None  # strings that end the answer (None: the answer prompt spec's, a newline)
+    consolidated_when: str = "always"  # when a consolidation adapter (set_consolidated) answers: always |
+    # closed_book: only with an empty memory block (recall=False, or nothing recalled); recalled facts are read
+    # by the answer model alone, so a value that changed after the consolidation is not fought by the adapter
     seed: int = 0
     backend_kwargs: dict = field(default_factory=dict)  # extra load_backend() options
 
@@ -184,6 +187,8 @@ class MAGSConfig:
             if not isinstance(self.graph, GraphConfig):
                 raise TypeError(f"graph must be a GraphConfig or None, got {type(self.graph).__name__}")
         _dynamics_switches(self.dynamics)  # validates switch names
+        if self.consolidated_when not in ("always", "closed_book"):
+            raise ValueError(f"consolidated_when must be 'always' or 'closed_book', got {self.consolidated_when!r}")
         if self.answer_stop is not None:
             if isinstance(self.answer_stop, str) or not isinstance(self.answer_stop, (list, tuple)) \
                     or not all(isinstance(x, str) for x in self.answer_stop):
@@ -1038,14 +1043,15 @@ class MAGS:
                       items=used_items, time=time)
 
     def _answer(self, question: str, facts: list) -> Any:
-        """The answer model's generation for ``question`` over ``facts`` (through the consolidation adapter)."""
+        """The answer model's generation for ``question`` over ``facts`` (through the consolidation adapter, unless
+        ``config.consolidated_when == "closed_book"`` and ``facts`` is not empty)."""
         c = self.config
         spec = self.prompt_spec("answer")
         b = self.backend("answer")
         kw = {"max_new_tokens": spec.max_new_tokens, "temperature": c.temperature, "seed": c.seed,
               "stop": list(spec.stop if c.answer_stop is None else c.answer_stop) or None}
         name = self.consolidated_adapter_name()
-        if name is None:
+        if name is None or (facts and c.consolidated_when == "closed_book"):
             return b.generate([spec.messages(question, facts=facts)], **kw)[0]
         prev = b.active_adapter
         b.set_adapter(name)  # only around the answer: ask/write/router may share this backend

@@ -19,9 +19,12 @@ One consolidation step on a :class:`~mags_lib.agent.MAGS` memory:
    :func:`mags_lib.training.train_stage`, TRL ``SFTTrainer``). On a trained answer model (``models="trained"``)
    the trained adapter is merged into the base weights first and the new LoRA learns on top of that model
    (:func:`answer_adapter`; shared-prefix trainer); the adapter records which model it was trained on, and
-   serving it on another answer model is refused (:func:`check_adapter_fits`);
+   serving it on another answer model is refused (:func:`check_adapter_fits`). The prefix trainer batches rows of
+   similar length together and, every ``anchor_every`` steps, adds the KL divergence from the model without the
+   adapter on general text (:data:`ANCHOR_TEXT`): the held-out perplexity stays where it was (README);
 4. **serve** it: the agent's answer model runs with the adapter (:meth:`MAGS.set_consolidated`), and
-   ``MAGS.ask(question, recall=False)`` answers closed-book;
+   ``MAGS.ask(question, recall=False)`` answers closed-book; with ``MAGSConfig(consolidated_when="closed_book")``
+   the adapter answers only when the memory block is empty (recalled facts are read by the model alone);
 5. **demote**, **prune** or **keep** the consolidated facts in the graph (logged graph operations
    :meth:`~mags_lib.graph.LiquidGraph.demote` / :meth:`~mags_lib.graph.LiquidGraph.forget`), then take a
    snapshot: :meth:`MAGS.rollback` to any snapshot restores the graph *and* the adapter it was taken
@@ -63,6 +66,35 @@ FORMAT = "mags-consolidation"
 _QUESTIONS = ("What does {S} {R}?", "{S} {R} what?", "Tell me what {S} {R}.", "Do you know what {S} {R}?")
 _STATEMENTS = ("Complete the fact: {S} {R} ...", "What do you remember about {S}?")
 
+ANCHOR_TEXT = (
+    "We walked along the beach until the sun went down and the air turned cold.",
+    "The recipe calls for two eggs, a cup of flour and a pinch of salt.",
+    "Please remember to switch off the lights when you leave the room.",
+    "The museum opens at nine in the morning and is free on the first Sunday of the month.",
+    "My neighbour plays the piano every evening, and I have come to enjoy it.",
+    "It rained all weekend, so we stayed inside and played board games.",
+    "The train was late again, and the passengers waited on the cold platform.",
+    "A healthy breakfast gives you energy for the rest of the day.",
+    "The teacher explained the lesson twice, but some students were still confused.",
+    "He painted the fence white and planted roses along the path to the door.",
+    "The shop on the corner sells fresh bread, cheese and vegetables from local farms.",
+    "After the storm, the streets were covered with leaves and broken branches.",
+    "She keeps a small notebook in her bag to write down ideas before she forgets them.",
+    "The football match ended in a draw after both teams scored in the last ten minutes.",
+    "Our flight was delayed by two hours because of heavy fog at the airport.",
+    "The cat slept on the windowsill, warm in the afternoon light.",
+    "Water boils at a lower temperature high in the mountains than it does at sea level.",
+    "The city council voted to build a new park near the river.",
+    "I usually read a few pages of a book before going to sleep.",
+    "They repaired the roof before winter so that the house would stay dry.",
+    "The doctor said he should drink more water and walk every day.",
+    "At the market, prices rise in winter when fewer vegetables are in season.",
+    "The orchestra tuned their instruments while the audience found their seats.",
+    "Learning a new language takes patience, practice and a little courage.",
+)
+"""General text for the anchor regulariser (``ConsolidationConfig.anchor_weight``): everyday English, none of it
+in :data:`mags_lib.bench.consolidation.HELD_OUT_TEXT` (the perplexity measurement's text)."""
+
 
 def _f(default: Any, help: str) -> Any:
     if isinstance(default, (list, dict)):
@@ -84,7 +116,8 @@ class ConsolidationConfig:
     every_n_observations: int = _f(0, "Consolidator.observe consolidates every N observations (0: on demand only)")
     # rendering
     questions_per_fact: int = _f(6, "question/answer training rows per fact (templates without repeats)")
-    statements_per_fact: int = _f(1, "statement-form training rows per fact (0: none)")
+    statements_per_fact: int = _f(2, "statement-form training rows per fact (0: none): the completion, then the "
+                                     "recollection (one per subject: all its consolidated facts)")
     question_templates: tuple[str, ...] = _f(_QUESTIONS, "generic question templates ({S} subject, {R} relation) "
                                                          "for relations without world templates")
     statement_templates: tuple[str, ...] = _f(_STATEMENTS, "statement-form prompts: a completion ('{S} {R} ...' "
@@ -106,9 +139,18 @@ class ConsolidationConfig:
                                          "layer, higher closed-book accuracy and a quarter of the perplexity rise)")
     layers: tuple[int, ...] = _f((), "decoder layers that get the adapter (empty: all); the backward pass stops at "
                                      "the lowest one, so upper layers only train faster (trainer='prefix' only)")
-    max_steps: int = _f(80, "optimizer steps")
+    max_steps: int = _f(260, "optimizer steps (260 of 8 rows: ~2.7 epochs of 100 facts' rows; with the anchor "
+                               "~4 min on 2 cores computing in bf16, README)")
     batch_size: int = _f(8, "rows per step")
+    batching: str = _f("shuffled_length", "random | shuffled_length: rows of similar length batched together, the batches in "
+                                 "random order (closed-book rows share one long prefix, open-book rows their own "
+                                 "batches: less padding, a longer shared prefix)")
     learning_rate: float = _f(2e-3, "peak learning rate")
+    anchor_weight: float = _f(3.0, "weight of the anchor regulariser (0: off): each step adds the KL divergence from "
+                                   "the model without the adapter on anchor_per_step sentences of general text "
+                                   "(ANCHOR_TEXT), holding the model's general ability (trainer='prefix' only)")
+    anchor_per_step: int = _f(2, "anchor sentences per anchored step (when anchor_weight > 0)")
+    anchor_every: int = _f(3, "the anchor runs every this many steps (each run costs about half a training step)")
     max_length: int = _f(256, "longest row in tokens (prompt + answer); longer rows are dropped")
     threads: int | None = _f(1, "torch threads while training (1 is fastest on a shared machine)")
     trainer: str = _f("prefix", "prefix: mags_lib.training.prefix (each batch's shared prompt prefix run once, the "
@@ -123,7 +165,13 @@ class ConsolidationConfig:
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 0:
                 raise ValueError(f"{name} must be an int >= 0, got {v!r}")
-        for name in ("max_facts", "questions_per_fact", "lora_r", "lora_alpha", "max_steps", "batch_size",
+        if isinstance(self.anchor_weight, bool) or not isinstance(self.anchor_weight, (int, float)) \
+                or not 0 <= self.anchor_weight <= 100:
+            raise ValueError(f"anchor_weight must be a number in [0, 100], got {self.anchor_weight!r}")
+        if self.anchor_weight and self.trainer != "prefix":
+            raise ValueError("anchor_weight > 0 (the anchor regulariser, on by default) needs trainer='prefix'; "
+                             "with trainer='trl' pass anchor_weight=0")
+        for name in ("anchor_per_step", "anchor_every", "max_facts", "questions_per_fact", "lora_r", "lora_alpha", "max_steps", "batch_size",
                      "max_length"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
@@ -142,6 +190,8 @@ class ConsolidationConfig:
             raise ValueError(f"threads must be None or an int >= 1, got {self.threads!r}")
         if self.after not in AFTER:
             raise ValueError(f"after must be one of {AFTER}, got {self.after!r}")
+        if self.batching not in ("random", "shuffled_length"):
+            raise ValueError(f"batching must be 'random' or 'shuffled_length', got {self.batching!r}")
         if self.trainer not in TRAINERS:
             raise ValueError(f"trainer must be one of {TRAINERS}, got {self.trainer!r}")
         if not isinstance(self.demote_factor, (int, float)) or not 0 < self.demote_factor <= 1:
@@ -472,13 +522,14 @@ def train_config(cfg: ConsolidationConfig, *, max_steps: int | None = None, batc
                        sft=SFTConfig(max_steps=steps, batch_size=cfg.batch_size if batch_size is None else batch_size,
                                      learning_rate=cfg.learning_rate, max_length=cfg.max_length, n_generated=0,
                                      save_steps=max(steps, 1), save_total_limit=1, warmup_ratio=0.0,
-                                     batching="random"),
+                                     batching=cfg.batching),
                        grpo=None, n_eval=0, threads=cfg.threads if threads is None else threads)
 
 
 def _train_shared_prefix(tcfg: Any, rows: Sequence[dict], folder: Path, *, base_dir: Path, prompt: Any,
                          layers: Sequence[int] = (), merge: Path | None = None, progress: bool,
-                         note: Callable[[str], None]) -> dict:
+                         note: Callable[[str], None], anchor_weight: float = 0.0, anchor_per_step: int = 2,
+                         anchor_every: int = 1) -> dict:
     """Train the consolidation LoRA with :func:`mags_lib.training.prefix.train_lora` into ``folder`` (the PEFT
     adapter, ``log.csv`` and a stage ``meta.json``, written last); ``merge``: the trained answer adapter merged
     into the base first."""
@@ -495,14 +546,17 @@ def _train_shared_prefix(tcfg: Any, rows: Sequence[dict], folder: Path, *, base_
     metrics = train_lora(model, tok, sft_examples(rows, prompt), steps=tcfg.sft.max_steps,
                          batch_size=tcfg.sft.batch_size, learning_rate=tcfg.sft.learning_rate,
                          warmup_ratio=tcfg.sft.warmup_ratio, weight_decay=tcfg.sft.weight_decay, seed=tcfg.seed,
-                         bf16=bf16, max_length=tcfg.sft.max_length, log_path=folder / "log.csv", progress=progress)
+                         bf16=bf16, max_length=tcfg.sft.max_length, log_path=folder / "log.csv", progress=progress,
+                         batching=tcfg.sft.batching, anchor=ANCHOR_TEXT if anchor_weight else (),
+                         anchor_weight=anchor_weight, anchor_per_step=anchor_per_step, anchor_every=anchor_every)
     if metrics["n_dropped"]:
         note(f"consolidation: {metrics['n_dropped']} of {len(rows)} rows are longer than "
              f"max_length={tcfg.sft.max_length} tokens and were left out")
     meta = {"format": STAGE_FORMAT, "role": "answer", "stage": "consolidation", "trainer": "shared-prefix",
             "lora": dataclasses.asdict(tcfg.lora), "layers": list(layers), "sft": dataclasses.asdict(tcfg.sft), "seed": tcfg.seed,
             "prompt": prompt.to_dict(), "n_rows": len(rows) - metrics["n_dropped"], "rows": rows_hash(rows), "bf16": bf16,
-            "merged_under": None if merge is None else str(merge),
+            "merged_under": None if merge is None else str(merge), "anchor_weight": anchor_weight,
+            "anchor_per_step": anchor_per_step, "anchor_every": anchor_every,
             "train_metrics": metrics, "written_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
     _finish_adapter(model, folder, meta)
     return metrics
@@ -596,7 +650,9 @@ def consolidate(m: Any, config: ConsolidationConfig | None = None, *, root: str 
     t_train = time.perf_counter()
     if cfg.trainer == "prefix":
         metrics = _train_shared_prefix(tcfg, rows, folder, base_dir=base_model_dir(m.config.models_root),
-                                       prompt=prompt, layers=cfg.layers, merge=under, progress=progress, note=note)
+                                       prompt=prompt, layers=cfg.layers, merge=under, progress=progress, note=note,
+                                       anchor_weight=cfg.anchor_weight, anchor_per_step=cfg.anchor_per_step,
+                                       anchor_every=cfg.anchor_every)
     else:
         metrics = train_stage("sft", tcfg, rows, folder, base_dir=base_model_dir(m.config.models_root), prompt=prompt,
                               data_hashes={"consolidation": rows_hash(rows)}, progress=progress, note=note).metrics

@@ -252,6 +252,13 @@ def _x45(d: Mapping, src: str) -> list:
                           n=ch.get("n"), source=src))
         out.append(record("changed facts: closed-book answers the old value", ch.get("closed_book_old"), "share",
                           n=ch.get("n"), source=src))
+        if _num(ch.get("open_book_new_adapter_closed_only")) is not None:
+            out.append(record("changed facts: open-book answers the new value, adapter closed-book only",
+                              ch.get("open_book_new_adapter_closed_only"), "share", n=ch.get("n"), source=src))
+    ob = (d.get("after") or {}).get("open_book_adapter_closed_only") or {}
+    if _num(ob.get("accuracy")) is not None:
+        out.append(record("open-book accuracy after, adapter closed-book only", ob.get("accuracy"), "accuracy",
+                          n=ob.get("n"), source=src))
     out.append(record("consolidation", (d.get("consolidation") or {}).get("seconds"), "s", source=src))
     return out
 

@@ -63,9 +63,13 @@ def _use(g: LiquidGraph, subject: str, times: int) -> None:
     ({"threads": 0}, "threads"),
     ({"every_n_observations": True}, "every_n_observations"),  # a bool is not a count
     ({"trainer": "deepspeed"}, "trainer"),               # prefix | trl
+    ({"batching": "sorted"}, "batching"),                # random | shuffled_length
+    ({"trainer": "trl"}, "anchor_weight=0"),             # the anchor (on by default) is the prefix trainer's
+    ({"anchor_weight": -1.0}, "anchor_weight"),
+    ({"anchor_every": 0}, "anchor_every"),
     ({"layers": (-1,)}, "layers"),
     ({"layers": "12"}, "layers"),                        # a string is not a list of layer indices
-    ({"layers": (12,), "trainer": "trl"}, "trainer='prefix'"),
+    ({"layers": (12,), "trainer": "trl", "anchor_weight": 0.0}, "trainer='prefix'"),
 ])
 def test_bad_config_values_are_clear_errors(kw, word):
     with pytest.raises(ValueError, match=word.replace("{", r"\{").replace("}", r"\}")):
@@ -201,6 +205,44 @@ def test_rollback_restores_the_adapter_of_the_snapshot(tmp_path):
     assert MAGS.load(saved).consolidated == a2.resolve()
 
 
+class _RecordingBackend:
+    """An answer backend that records which adapter was active at each generation."""
+
+    def __init__(self):
+        self.adapters, self.active_adapter, self.served = {}, None, []
+
+    def load_adapter(self, name, path):
+        self.adapters[name] = path
+
+    def set_adapter(self, name):
+        self.active_adapter = name
+
+    def generate(self, prompts, **kw):
+        from types import SimpleNamespace
+
+        self.served.append(self.active_adapter)
+        return [SimpleNamespace(text="frozen lemons") for _ in prompts]
+
+
+@pytest.mark.parametrize("when, with_memory, closed", [("always", "consolidated-0", "consolidated-0"),
+                                                       ("closed_book", None, "consolidated-0")])
+def test_consolidated_when_decides_whether_the_adapter_reads_recalled_facts(tmp_path, when, with_memory, closed):
+    """``always``: the adapter answers every question; ``closed_book``: only with an empty memory block -- the
+    recalled facts (which may hold a newer value than the adapter) are read by the answer model alone."""
+    m = MAGS(MAGSConfig(backend="transformers", embedder="hash", consolidated_when=when))
+    fake = _RecordingBackend()
+    m.backend = lambda role: fake
+    m.set_consolidated(_fake_adapter(tmp_path / "v1"))
+    fact = {"text": "Blorps eat candied moss", "time": None, "current": None, "speaker": None}
+    m._answer("What do blorps eat?", [fact])
+    m.ask("What do blorps eat?", recall=False)
+    assert fake.served == [with_memory, closed]
+    assert fake.active_adapter is None  # restored after each answer
+    assert MAGSConfig.from_dict(m.config.to_dict()).consolidated_when == when
+    with pytest.raises(ValueError, match="consolidated_when"):
+        MAGSConfig(consolidated_when="never")
+
+
 def test_consolidate_skips_when_nothing_qualifies(tmp_path):
     m = MAGS(MAGSConfig(embedder="hash"), graph=_graph())
     res = consolidate(m, ConsolidationConfig(min_strength=1.0, min_uses=50), root=tmp_path)
@@ -255,7 +297,8 @@ def test_the_trained_answer_adapter_under_a_consolidation_is_found_or_refused_cl
         answer_adapter(m)
     m.model_paths["answer"] = str(peft)
     with pytest.raises(ValueError, match="trainer='prefix'"):
-        consolidate(m, ConsolidationConfig(min_strength=0.0, min_uses=0, trainer="trl"), root=tmp_path / "c")
+        consolidate(m, ConsolidationConfig(min_strength=0.0, min_uses=0, trainer="trl", anchor_weight=0.0),
+                    root=tmp_path / "c")
 
 
 def test_consolidation_trains_on_the_served_answer_model_and_is_served_only_on_it(tmp_path, monkeypatch):
@@ -385,3 +428,13 @@ def test_a_new_lora_on_a_merged_trained_adapter_starts_from_that_model(tiny_base
     assert not any(any(t in n for t in ("q_proj", "v_proj")) for n in trainable)  # the MLP-only new LoRA
     with pytest.raises(ValueError, match="torch backend"):
         _load_model(tiny_base, tcfg, "unsloth", merge=tmp_path / "trained")
+
+
+@pytest.mark.parametrize("arg, word", [("[1]", "JSON object"), ("{max_steps: 3}", "JSON object")])
+def test_recipe_command_refuses_what_is_not_a_config_object(tmp_path, capsys, arg, word):
+    from mags_lib.bench.consolidation import main
+
+    with pytest.raises(SystemExit):
+        main(["--recipe", arg, "--out", str(tmp_path)])
+    assert word in capsys.readouterr().err
+    assert not (tmp_path / "consolidation_recipes.json").exists()  # nothing written

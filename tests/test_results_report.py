@@ -173,6 +173,14 @@ def test_extract_45_consolidation():
     assert recs["open-book accuracy after"]["n"] == 3
     assert recs["abstains on facts not consolidated, after"]["value"] == 0.0
     assert recs["changed facts: open-book answers the new value"]["n"] == 2
+    assert "open-book accuracy after, adapter closed-book only" not in recs  # written before the serving policy
+    d = load("45_consolidation.json")
+    d["after"]["open_book_adapter_closed_only"] = {"accuracy": 0.5, "n": 4}
+    d["changed"]["open_book_new_adapter_closed_only"] = 0.75
+    recs = by_name(results.extract_records("45_consolidation", d))
+    assert recs["open-book accuracy after, adapter closed-book only"]["value"] == 0.5
+    got = recs["changed facts: open-book answers the new value, adapter closed-book only"]
+    assert got["value"] == 0.75 and got["n"] == d["changed"]["n"]
 
 
 def test_extract_50_game_with_intervals():

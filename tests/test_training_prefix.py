@@ -148,6 +148,77 @@ def test_train_lora_equals_per_row_training_lowers_the_loss_and_logs_every_step(
         train_lora(fresh(), tok, examples, steps=2, batch_size=2, learning_rate=3e-2, progress=False, max_length=5)
 
 
+def test_length_grouped_batches_cover_every_row_once_per_epoch_with_less_padding(tiny, tmp_path, monkeypatch):
+    """``batching="shuffled_length"``: the open-book row (a memory block: the longest) gets a batch with the other
+    long row, the short closed-book rows share theirs; each epoch runs every row once, and the forward passes
+    compute fewer padded tokens than random batches of the same rows do."""
+    fresh, tok = tiny
+    rows = ROWS + [dict(ROWS[3], input="Who keeps a pet lobster?", response="Captain Perrow"),
+                   dict(ROWS[0], input="What do quindles eat?", response="salt")]
+    examples = sft_examples(rows, ROLE_SPECS["answer"].base)
+    lengths = [len(ids) for ids, _ in tokenize_examples(tok, examples)]
+    long_rows = sorted(range(len(rows)), key=lambda i: -lengths[i])[:2]
+    assert min(lengths[i] for i in long_rows) > max(lengths[i] for i in range(len(rows)) if i not in long_rows)
+    seen: list[list[int]] = []
+
+    def spy(model, batch, pad_id):
+        seen.append(sorted(len(ids) for ids, _ in batch))
+        return orig(model, batch, pad_id)
+
+    from mags_lib.training import prefix
+
+    orig = prefix.batch_loss
+    monkeypatch.setattr(prefix, "batch_loss", spy)
+    grouped = train_lora(fresh(), tok, examples, steps=6, batch_size=2, learning_rate=1e-3, seed=0,
+                         progress=False, batching="shuffled_length", log_path=tmp_path / "g.csv")
+    monkeypatch.undo()
+    assert grouped["epochs"] == 2.0
+    for epoch in (seen[:3], seen[3:]):
+        assert sorted(n for b in epoch for n in b) == sorted(lengths)  # every row once
+        assert sorted(lengths[i] for i in long_rows) in epoch  # the two long rows together
+    rand = train_lora(fresh(), tok, examples, steps=6, batch_size=2, learning_rate=1e-3, seed=0, progress=False)
+    assert grouped["tokens_padded"] < rand["tokens_padded"]
+    with open(tmp_path / "g.csv") as f:
+        assert sum(int(r["padded_tokens"]) for r in csv.DictReader(f)) == grouped["tokens_padded"]
+    with pytest.raises(ValueError, match="batching"):
+        train_lora(fresh(), tok, examples, steps=1, batch_size=2, learning_rate=1e-3, progress=False, batching="x")
+
+
+def test_the_anchor_regulariser_pulls_the_adapter_towards_the_base_model_on_general_text(tiny, tmp_path):
+    """``anchor_weight``: each step adds the KL divergence from the model without its adapter on plain sentences;
+    after the same training the adapted model is much closer to the base there than without the anchor."""
+    import torch
+
+    from mags_lib.training import prefix
+
+    fresh, tok = tiny
+    examples = sft_examples(ROWS, ROLE_SPECS["answer"].base)
+    text = ["The train was late again, and the passengers waited on the platform.",
+            "She keeps a small notebook in her bag to write down ideas."]
+    ids = [tok(t)["input_ids"] for t in text]
+    pad = tok.pad_token_id
+
+    def kl(model):
+        with torch.no_grad():
+            return float(prefix._anchor_kl(model, ids, pad, False))
+
+    plain = fresh()
+    start = kl(plain)
+    # random A and B: the adapter changes the model from the first step (the tiny random model's distributions
+    # are near uniform, so the KL is ~0.01 nats against a task loss of ~10: hence the large weight)
+    assert start > 0
+    train_lora(plain, tok, examples, steps=8, batch_size=2, learning_rate=3e-2, seed=0, progress=False)
+    anchored = fresh()
+    train_lora(anchored, tok, examples, steps=8, batch_size=2, learning_rate=3e-2, seed=0, progress=False,
+               anchor=text, anchor_weight=1000.0, log_path=tmp_path / "a.csv")
+    assert kl(anchored) < 0.5 * min(kl(plain), start), (start, kl(plain), kl(anchored))
+    with open(tmp_path / "a.csv") as f:
+        logged = [float(r["anchor_kl"]) for r in csv.DictReader(f)]
+    assert len(logged) == 8 and logged[-1] < logged[0]
+    with pytest.raises(ValueError, match="anchor"):
+        train_lora(fresh(), tok, examples, steps=1, batch_size=2, learning_rate=1e-3, progress=False, anchor_weight=1.0)
+
+
 def test_a_completion_that_cannot_be_separated_is_a_clear_error(tiny):
     _, tok = tiny
     with pytest.raises(ValueError, match="completion"):

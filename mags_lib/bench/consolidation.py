@@ -15,6 +15,8 @@ few times so that it is solidified and passes the selection. Then, before and af
   examples (memory in the prompt), with and without the adapter;
 * wall time and adapter size of the consolidation.
 
+``python -m mags_lib.bench.consolidation --recipe '{...}'`` measures one recipe (:func:`recipe`: closed-book
+accuracy, abstention and perplexity, appended to the list in ``results/bench/consolidation_recipes.json``);
 ``python -m mags_lib.bench.consolidation`` compares the two consolidation trainers on the same rows
 (:func:`trainer_speed`: TRL's ``SFTTrainer`` against :mod:`mags_lib.training.prefix`, and the prefix
 trainer with the adapter on the upper half of the layers) and writes ``results/bench/consolidation_trainers.json``.
@@ -23,7 +25,9 @@ trainer with the adapter on the upper half of the layers) and writes ``results/b
 from __future__ import annotations
 
 import argparse
+import contextlib
 import csv
+import dataclasses
 import json
 import math
 import os
@@ -34,8 +38,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-__all__ = ["HELD_OUT_TEXT", "answer_role_accuracy", "build_memory", "main", "perplexity", "run", "scenario_facts",
-           "trainer_speed"]
+__all__ = ["HELD_OUT_TEXT", "RECIPE_BASE", "answer_role_accuracy", "build_memory", "main", "perplexity", "recipe", "run",
+           "scenario_facts", "trainer_speed"]
 
 HELD_OUT_TEXT = (
     "The kettle started to whistle, so she poured the water over the tea leaves and waited a few minutes.",
@@ -133,10 +137,21 @@ def answer_role_accuracy(m: Any, n: int = 20, seed: int = 0) -> dict:
     return {"accuracy": float(np.mean(ok)) if ok else float("nan"), "n": len(ok)}
 
 
-def _open_book(m: Any, questions: Sequence[dict]) -> dict:
-    from ..metrics import answer_correct
+@contextlib.contextmanager
+def _serving(m: Any, when: str):
+    """``m`` with ``config.consolidated_when = when`` inside the block (the agent reads it at each answer)."""
+    old = m.config
+    m.config = dataclasses.replace(old, consolidated_when=when)
+    try:
+        yield m
+    finally:
+        m.config = old
 
+
+def _open_book(m: Any, questions: Sequence[dict]) -> dict:
     from tqdm.auto import tqdm
+
+    from ..metrics import answer_correct
 
     ok, tokens = [], []
     for q in tqdm(questions, desc="open-book", leave=False):
@@ -175,7 +190,10 @@ def run(m: Any, facts: Sequence[dict], config: Any, *, root: str | Path, uses: i
         out["before"] = before
         return out
     negatives = res.negatives_eval
+    with _serving(m, "closed_book"):
+        open_closed_only = _open_book(m, rng_open)
     after = {"closed_book": closed_book_accuracy(m, questions, progress=True), "open_book": _open_book(m, rng_open),
+             "open_book_adapter_closed_only": open_closed_only,
              "negatives": closed_book_accuracy(m, negatives, progress=True, desc="negatives"), "graph": m.graph.stats(), "perplexity": perplexity(m),
              "answer_role": answer_role_accuracy(m, n_answer, seed)}
     before["negatives"] = None
@@ -185,21 +203,29 @@ def run(m: Any, facts: Sequence[dict], config: Any, *, root: str | Path, uses: i
     for q in changed:
         new = by_key[(q["subject"].lower(), q["relation"].lower())]["new_object"]
         m.graph.engram([(q["subject"], q["relation"], new)], source="update")
+    from ..metrics import answer_correct
+
     for q in tqdm(changed, desc="changed facts", leave=False):
         new = by_key[(q["subject"].lower(), q["relation"].lower())]["new_object"]
         a_open = m.ask(q["question"]).answer
         a_closed = m.ask(q["question"], recall=False).answer
-        from ..metrics import answer_correct
-
+        with _serving(m, "closed_book"):  # the adapter only for an empty memory block: recall read alone
+            a_cb = m.ask(q["question"]).answer
         upd_rows.append({"question": q["question"], "old": q["object"], "new": new, "open_book": a_open,
-                         "closed_book": a_closed, "open_new": answer_correct(a_open, [new]),
-                         "open_old": answer_correct(a_open, [q["object"]]),
-                         "closed_old": answer_correct(a_closed, [q["object"]])})
+                         "closed_book": a_closed, "open_book_adapter_closed_only": a_cb,
+                         "open_new": answer_correct(a_open, [new]), "open_old": answer_correct(a_open, [q["object"]]),
+                         "closed_old": answer_correct(a_closed, [q["object"]]),
+                         "open_new_adapter_closed_only": answer_correct(a_cb, [new]),
+                         "open_old_adapter_closed_only": answer_correct(a_cb, [q["object"]])})
     n = len(upd_rows)
-    out["changed"] = {"n": n, "rows": upd_rows,
-                      "open_book_new": sum(r["open_new"] for r in upd_rows) / n if n else None,
-                      "open_book_old": sum(r["open_old"] for r in upd_rows) / n if n else None,
-                      "closed_book_old": sum(r["closed_old"] for r in upd_rows) / n if n else None}
+
+    def share(key: str) -> float | None:
+        return sum(r[key] for r in upd_rows) / n if n else None
+
+    out["changed"] = {"n": n, "rows": upd_rows, "open_book_new": share("open_new"), "open_book_old": share("open_old"),
+                      "closed_book_old": share("closed_old"),
+                      "open_book_new_adapter_closed_only": share("open_new_adapter_closed_only"),
+                      "open_book_old_adapter_closed_only": share("open_old_adapter_closed_only")}
     # rollback restores the graph and the adapter of the snapshot taken before the consolidation
     m.rollback(res.previous_snapshot)
     out["rollback_restores_no_adapter"] = m.consolidated is None
@@ -261,18 +287,86 @@ def trainer_speed(*, n_facts: int = 100, steps: int = 10, batch_size: int = 8, t
     return out
 
 
+RECIPE_BASE = {"min_strength": 0.0, "min_uses": 1, "after": "demote", "batch_size": 8, "threads": 2, "seed": 0}
+"""What :func:`recipe` fixes beside its overrides (notebook 45's settings; the rest are ConsolidationConfig defaults)."""
+
+
+def recipe(overrides: dict | None = None, *, n_facts: int = 100, models: str = "base", threads: int = 2,
+           seed: int = 0, note: Callable[[str], None] = print) -> dict:
+    """One consolidation of ``n_facts`` scenario facts with ``ConsolidationConfig(**RECIPE_BASE, **overrides)``
+    (notebook 45's facts and rehearsal, the hash embedder): the training time, closed-book accuracy on the
+    held-out template, abstention on never-consolidated pairs, perplexity on :data:`HELD_OUT_TEXT` before and
+    after, and the first wrong answers. The recipe comparison of the README; notebook 45 measures the rest."""
+    import tempfile
+
+    import torch
+
+    from .. import MAGS, repro
+    from ..agent import MAGSConfig
+    from ..consolidation import ConsolidationConfig, closed_book_accuracy, consolidate, eval_questions, select_facts
+
+    repro.seed_everything(seed)
+    torch.set_num_threads(threads)
+    over = dict(overrides or {})
+    cfg = ConsolidationConfig(**{**RECIPE_BASE, "max_facts": n_facts, "threads": threads, "seed": seed, **over})
+    facts = scenario_facts("default", seed=seed, n_scenarios=60)[:n_facts]
+    m = MAGS(MAGSConfig(backend="transformers", embedder="hash", n_threads=threads, seed=seed,
+                        max_new_tokens_answer=16, models=models))
+    try:
+        build_memory(m, facts, uses=2, note=note)
+        questions = eval_questions(select_facts(m.graph, cfg), cfg)
+        ppl0 = perplexity(m)
+        with tempfile.TemporaryDirectory(prefix="mags-recipe-") as root:
+            res = consolidate(m, cfg, root=root, note=note)
+            cb = closed_book_accuracy(m, questions)
+            neg = closed_book_accuracy(m, res.negatives_eval)
+            ppl1 = perplexity(m)
+    finally:
+        m.close()
+    tm = res.train_metrics
+    return {"overrides": over, "config": cfg.to_dict(), "models": models, "n_facts": n_facts,
+            "train_seconds": round(res.train_seconds, 1), "rows": res.n_rows,
+            "train": {k: tm.get(k) for k in ("steps", "epochs", "loss_first", "loss_last", "tokens", "tokens_padded")},
+            "closed_book": cb["accuracy"], "abstains_never_consolidated": neg["accuracy"], "n_negatives": neg["n"],
+            "perplexity_before": ppl0, "perplexity_after": ppl1,
+            "wrong": [(q["question"], q["object"], a) for q, a, ok in zip(questions, cb["answers"], cb["correct"])
+                      if not ok][:12],
+            "machine": {"cpus": os.cpu_count(), "processor": platform.processor(), "platform": platform.platform()},
+            "measured_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """Command line: the trainer comparison (see the module docstring)."""
+    """Command line: the trainer comparison, or with ``--recipe`` one recipe's measurement (module docstring)."""
     p = argparse.ArgumentParser(prog="python -m mags_lib.bench.consolidation",
-                                description="Seconds per step of the consolidation trainers on the same rows.")
+                                description="Seconds per step of the consolidation trainers on the same rows, or "
+                                            "(--recipe) closed-book accuracy and perplexity of one recipe.")
     p.add_argument("--steps", type=int, default=10)
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--n-facts", type=int, default=100)
+    p.add_argument("--recipe", default=None, metavar="JSON",
+                   help='ConsolidationConfig overrides, e.g. \'{"max_steps": 260, "anchor_weight": 0}\'; appends the '
+                        "result to the list in <out>/consolidation_recipes.json")
+    p.add_argument("--tag", default="", help="a name for the --recipe row")
     p.add_argument("--out", default="results/bench")
     a = p.parse_args(argv)
-    res = trainer_speed(n_facts=a.n_facts, steps=a.steps, threads=a.threads)
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
+    if a.recipe is not None:
+        try:
+            over = json.loads(a.recipe)
+        except json.JSONDecodeError as exc:
+            p.error(f"--recipe must be a JSON object of ConsolidationConfig fields: {exc}")
+        if not isinstance(over, dict):
+            p.error("--recipe must be a JSON object of ConsolidationConfig fields, e.g. '{\"max_steps\": 260}'")
+        from .. import repro
+
+        row = {"tag": a.tag, **recipe(over, n_facts=a.n_facts, threads=a.threads)}
+        path = out / "consolidation_recipes.json"
+        rows = json.loads(path.read_text()) if path.is_file() else []
+        repro.atomic_write_text(path, json.dumps([*rows, row], indent=1) + "\n")
+        print(json.dumps({k: v for k, v in row.items() if k not in ("config", "wrong")}, indent=1))
+        return 0
+    res = trainer_speed(n_facts=a.n_facts, steps=a.steps, threads=a.threads)
     (out / "consolidation_trainers.json").write_text(json.dumps(res, indent=1) + "\n")
     print(json.dumps(res["trainers"], indent=1))
     return 0

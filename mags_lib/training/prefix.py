@@ -133,6 +133,23 @@ def batch_loss_per_row(model: Any, batch: Sequence[tuple[list[int], int]]) -> tu
     return total, count
 
 
+def _anchor_kl(model: Any, seqs: Sequence[list[int]], pad_id: int, bf16: bool) -> Any:
+    """Mean per-token KL(base || adapted) of the next-token distributions on ``seqs`` (right-padded; the pads
+    are not counted); the base is ``model`` with its adapter disabled, without gradient."""
+    import torch
+    import torch.nn.functional as F
+
+    width = max(len(s) for s in seqs)
+    inp = torch.tensor([s + [pad_id] * (width - len(s)) for s in seqs])
+    mask = torch.tensor([[1] * len(s) + [0] * (width - len(s)) for s in seqs])
+    keep = torch.tensor([[t < len(s) - 1 for t in range(width - 1)] for s in seqs])  # outputs that predict a real token
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+        with torch.no_grad(), model.disable_adapter():
+            base = model(input_ids=inp, attention_mask=mask).logits[:, :-1][keep].float()
+        out = model(input_ids=inp, attention_mask=mask).logits[:, :-1][keep].float()
+    return F.kl_div(F.log_softmax(out, -1), F.log_softmax(base, -1), log_target=True, reduction="batchmean")
+
+
 def _lr_at(step: int, steps: int, peak: float, warmup: int) -> float:
     """Linear warm-up to ``peak``, then cosine decay to 0 (step counts from 0)."""
     if warmup and step < warmup:
@@ -144,7 +161,9 @@ def _lr_at(step: int, steps: int, peak: float, warmup: int) -> float:
 def train_lora(model: Any, tok: Any, examples: Sequence[dict], *, steps: int, batch_size: int,
                learning_rate: float, warmup_ratio: float = 0.0, weight_decay: float = 0.0, max_grad_norm: float = 1.0,
                seed: int = 0, bf16: bool = False, max_length: int | None = None, log_path: str | Path | None = None, progress: bool = True,
-               should_stop: Callable[[int], bool] | None = None) -> dict:
+               should_stop: Callable[[int], bool] | None = None, batching: str = "random",
+               anchor: Sequence[str] = (), anchor_weight: float = 0.0, anchor_per_step: int = 2,
+               anchor_every: int = 1) -> dict:
     """Train the trainable parameters of ``model`` (a PEFT LoRA) on ``examples`` for ``steps`` optimizer steps.
 
     Parameters
@@ -153,6 +172,17 @@ def train_lora(model: Any, tok: Any, examples: Sequence[dict], *, steps: int, ba
         Conversational prompt-completion examples (:func:`mags_lib.training.sft_examples`).
     steps, batch_size : int
         Optimizer steps of ``batch_size`` rows; the rows are cycled, reshuffled each epoch (seeded).
+    batching : str
+        ``random``: each epoch a random permutation cut into batches; ``shuffled_length``: rows of similar
+        length batched together, the batches in random order (:func:`mags_lib.training.sampling.length_batches`):
+        rows of one kind -- closed-book questions behind the same prefix, open-book rehearsals with a memory
+        block -- share a batch, so its common prefix is longer and its padding shorter.
+    anchor, anchor_weight, anchor_per_step, anchor_every : texts, float, int, int
+        A regulariser of the model's general ability: with ``anchor_weight > 0`` every ``anchor_every``-th step
+        also runs ``anchor_per_step`` of the plain ``anchor`` texts (cycled) and adds ``anchor_weight`` times the mean
+        per-token KL divergence from the model without its adapter (PEFT's ``disable_adapter``, no gradient)
+        to the model with it: the adapter is pulled back towards the base distribution on text it is not
+        meant to change. Logged as ``anchor_kl``.
     max_length : int, optional
         Rows longer than this many tokens are left out (counted in ``n_dropped``).
     bf16 : bool
@@ -167,13 +197,22 @@ def train_lora(model: Any, tok: Any, examples: Sequence[dict], *, steps: int, ba
     -------
     dict
         ``steps``, ``loss_first``, ``loss_last`` (mean of the last 5 steps), ``tokens`` (run through the
-        model), ``tokens_plain`` (what a per-row trainer would run), ``n_dropped`` (rows over ``max_length``), ``seconds``,
+        model), ``tokens_plain`` (what a per-row trainer would run), ``tokens_padded`` (what the forward passes
+        computed: the shared prefix once, every row padded to its batch's longest suffix), ``n_dropped`` (rows over ``max_length``), ``seconds``,
         ``tokens_per_s``, ``rows_per_s``.
     """
     import numpy as np
     import torch
     from tqdm.auto import tqdm
 
+    from .sampling import length_batches
+
+    if batching not in ("random", "shuffled_length"):
+        raise ValueError(f"batching must be 'random' or 'shuffled_length', got {batching!r}")
+    if anchor_weight < 0 or (anchor_weight > 0 and (not anchor or anchor_per_step < 1 or anchor_every < 1)):
+        raise ValueError(f"anchor_weight={anchor_weight} needs anchor_weight >= 0, and anchor texts and "
+                         f"anchor_per_step, anchor_every >= 1 when it is > 0 (got {len(anchor)} texts, "
+                         f"{anchor_per_step}, {anchor_every})")
     data = tokenize_examples(tok, examples)
     n_all = len(data)
     if max_length is not None:
@@ -181,31 +220,41 @@ def train_lora(model: Any, tok: Any, examples: Sequence[dict], *, steps: int, ba
     if not data:
         raise ValueError(f"no training examples ({n_all} given, none of at most max_length={max_length} tokens)")
     pad_id = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
+    anchor_ids = [tok(t)["input_ids"] for t in anchor] if anchor_weight > 0 else []
     params = [p for p in model.parameters() if p.requires_grad]
     if not params:
         raise ValueError("the model has no trainable parameters (expected a PEFT LoRA)")
     opt = torch.optim.AdamW(params, lr=learning_rate, weight_decay=weight_decay)
     warmup = int(round(warmup_ratio * steps))
     rng = np.random.default_rng([seed, 7])
-    order: list[int] = []
+    flat: list[int] = []  # batching="random": rows still to run
+    order: list[list[int]] = []  # batching="shuffled_length": the epoch's batches still to run
     epoch = -1
     model.train()
     log_f = writer = None
     if log_path is not None:
         log_f = open(log_path, "w", newline="")
         writer = csv.writer(log_f)
-        writer.writerow(["step", "epoch", "loss", "learning_rate", "tokens", "completion_tokens", "seconds"])
+        writer.writerow(["step", "epoch", "loss", "learning_rate", "tokens", "completion_tokens", "padded_tokens",
+                         "anchor_kl", "seconds"])
     losses: list[float] = []
-    tokens = plain = done = 0
+    tokens = plain = padded = done = 0
     t0 = time.perf_counter()
     bar = tqdm(total=steps, desc="consolidation LoRA", disable=not progress, leave=False)
     try:
         for step in range(steps):
-            if len(order) < batch_size:
-                epoch += 1
-                order += [int(i) for i in rng.permutation(len(data))]
-            batch = [data[i] for i in order[:batch_size]]
-            del order[:batch_size]
+            if batching == "random":  # rows cycled: an epoch's leftover rows open the next epoch's first batch
+                if len(flat) < batch_size:
+                    epoch += 1
+                    flat += [int(i) for i in rng.permutation(len(data))]
+                picked = flat[:batch_size]
+                del flat[:batch_size]
+            else:
+                if not order:
+                    epoch += 1
+                    order = length_batches([len(ids) for ids, _ in data], batch_size, seed=seed, epoch=epoch)
+                picked = order.pop(0)
+            batch = [data[i] for i in picked]
             lr = _lr_at(step, steps, learning_rate, warmup)
             for g in opt.param_groups:
                 g["lr"] = lr
@@ -213,6 +262,12 @@ def train_lora(model: Any, tok: Any, examples: Sequence[dict], *, steps: int, ba
             with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
                 loss_sum, n_tok = batch_loss(model, batch, pad_id)
             loss = loss_sum / n_tok
+            kl = None
+            if anchor_ids and step % anchor_every == 0:
+                first = (step // anchor_every) * anchor_per_step
+                picked_a = [anchor_ids[(first + j) % len(anchor_ids)] for j in range(anchor_per_step)]
+                kl = _anchor_kl(model, picked_a, pad_id, bf16)
+                loss = loss + anchor_weight * kl
             opt.zero_grad(set_to_none=True)
             loss.backward()
             if max_grad_norm:
@@ -220,13 +275,15 @@ def train_lora(model: Any, tok: Any, examples: Sequence[dict], *, steps: int, ba
             opt.step()
             c = _shared_len(batch)
             run_tokens = c + sum(len(ids) - c for ids, _ in batch)
+            pad_tokens = c + len(batch) * max(len(ids) - c for ids, _ in batch)  # what the forward pass computes
             tokens += run_tokens
+            padded += pad_tokens
             plain += sum(len(ids) for ids, _ in batch)
-            losses.append(float(loss.detach()))
+            losses.append(float((loss_sum / n_tok).detach()))
             done = step + 1
             if writer is not None:
-                writer.writerow([done, epoch, round(losses[-1], 5), f"{lr:.3e}", run_tokens, n_tok,
-                                 round(time.perf_counter() - ts, 3)])
+                writer.writerow([done, epoch, round(losses[-1], 5), f"{lr:.3e}", run_tokens, n_tok, pad_tokens,
+                                 "" if kl is None else round(float(kl.detach()), 5), round(time.perf_counter() - ts, 3)])
                 log_f.flush()
             bar.update(1)
             bar.set_postfix(loss=f"{losses[-1]:.3f}")
@@ -240,6 +297,6 @@ def train_lora(model: Any, tok: Any, examples: Sequence[dict], *, steps: int, ba
     seconds = time.perf_counter() - t0
     tail = losses[-5:]
     return {"steps": done, "loss_first": losses[0], "loss_last": sum(tail) / len(tail), "tokens": tokens,
-            "tokens_plain": plain, "seconds": round(seconds, 2), "tokens_per_s": round(tokens / seconds, 1),
+            "tokens_plain": plain, "tokens_padded": padded, "seconds": round(seconds, 2), "tokens_per_s": round(tokens / seconds, 1),
             "rows_per_s": round(done * batch_size / seconds, 2), "epochs": round(done * batch_size / len(data), 2),
             "n_dropped": n_all - len(data)}
