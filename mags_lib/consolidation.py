@@ -139,14 +139,14 @@ class ConsolidationConfig:
                                          "layer, higher closed-book accuracy and a quarter of the perplexity rise)")
     layers: tuple[int, ...] = _f((), "decoder layers that get the adapter (empty: all); the backward pass stops at "
                                      "the lowest one, so upper layers only train faster (trainer='prefix' only)")
-    max_steps: int = _f(260, "optimizer steps (260 of 8 rows: ~2.7 epochs of 100 facts' rows; with the anchor "
-                               "~4 min on 2 cores computing in bf16, README)")
+    max_steps: int = _f(260, "optimizer steps (260 of 8 rows: ~2.5 epochs of 100 facts' rows; with the anchor "
+                               "297-344 s measured on 2 cores computing in bf16, README)")
     batch_size: int = _f(8, "rows per step")
     batching: str = _f("shuffled_length", "random | shuffled_length: rows of similar length batched together, the batches in "
                                  "random order (closed-book rows share one long prefix, open-book rows their own "
                                  "batches: less padding, a longer shared prefix)")
     learning_rate: float = _f(2e-3, "peak learning rate")
-    anchor_weight: float = _f(3.0, "weight of the anchor regulariser (0: off): each step adds the KL divergence from "
+    anchor_weight: float = _f(3.0, "weight of the anchor regulariser (0: off): every anchor_every-th step adds the KL divergence from "
                                    "the model without the adapter on anchor_per_step sentences of general text "
                                    "(ANCHOR_TEXT), holding the model's general ability (trainer='prefix' only)")
     anchor_per_step: int = _f(2, "anchor sentences per anchored step (when anchor_weight > 0)")
