@@ -905,6 +905,8 @@ BATCH_ENV = {"TQDM_MININTERVAL": "1", "MAGS_BATCH_KERNEL": "1"}
 telling the library it runs in one (a trainer then shows its text bar instead of an HTML table that
 would reach neither the runner's output nor a log file)."""
 
+KERNEL_START_TIMEOUT_S = 300  # seconds papermill waits for a notebook kernel to start (its default: 60)
+
 # Run in every batch kernel before the first cell: tqdm.auto picks ipywidgets bars inside a kernel,
 # which reach neither the runner's output nor a log file; the text bar writes to stderr, which the
 # runner relays (and which the executed copy keeps, with its final state).
@@ -1412,6 +1414,9 @@ def _run_one(job: _Job, n: int, *, needs, matrices, specs, state, state_path, ru
             papermill.execute_notebook(
                 str(nb.path.resolve()), str(out_nb), parameters=job.params, kernel_name=kernel_name,
                 progress_bar=False, cwd=None if parallel else str(nb.path.parent),  # parallel: see _run_jobs
+                # papermill waits 60 s for a kernel to start; beside two running notebooks on 2 cores a start
+                # took longer (the suite's clean-clone run of 2026-12-02 failed on it): wait up to 5 minutes
+                start_timeout=KERNEL_START_TIMEOUT_S,
                 stdout_file=relay.stream("stdout") if relay else None,
                 stderr_file=relay.stream("stderr") if relay else None,
                 on_cell_execute=_cell_announcer(job, say) if progress else None,
