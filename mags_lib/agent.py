@@ -56,6 +56,7 @@ _FORMAT = "mags-agent"
 _FORMAT_VERSION = 2  # 2: mags.json carries a checksum; version 1 saves still load
 _PROMPT_ROOM = 256  # tokens n_ctx must leave for a system prompt, few-shot examples and a short input
 MEMORY_MODES = ("graph", "none", "full_context", "rag")
+CONSOLIDATED_WHEN = ("always", "closed_book", "fallback")  # MAGSConfig.consolidated_when
 """``MAGSConfig.memory``: what the reader is given. ``graph``: MAGS (the Liquid Knowledge Graph, write
 model, recall); ``none``: nothing (the reader alone); ``full_context``: the raw observations, newest
 kept, as many as fit the reader's window; ``rag``: the ``recall_k`` raw observations most similar to
@@ -132,7 +133,9 @@ class MAGSConfig:
     answer_stop: tuple | None = None  # strings that end the answer (None: the answer prompt spec's, a newline)
     consolidated_when: str = "always"  # when a consolidation adapter (set_consolidated) answers: always |
     # closed_book: only with an empty memory block (recall=False, or nothing recalled); recalled facts are read
-    # by the answer model alone, so a value that changed after the consolidation is not fought by the adapter
+    # by the answer model alone, so a value that changed after the consolidation is not fought by the adapter |
+    # fallback: as closed_book, and also when the answer model abstains over the recalled facts (they hold no
+    # answer: a demoted or pruned fact, a query recall missed); the adapter then answers closed-book
     seed: int = 0
     backend_kwargs: dict = field(default_factory=dict)  # extra load_backend() options
 
@@ -187,8 +190,8 @@ class MAGSConfig:
             if not isinstance(self.graph, GraphConfig):
                 raise TypeError(f"graph must be a GraphConfig or None, got {type(self.graph).__name__}")
         _dynamics_switches(self.dynamics)  # validates switch names
-        if self.consolidated_when not in ("always", "closed_book"):
-            raise ValueError(f"consolidated_when must be 'always' or 'closed_book', got {self.consolidated_when!r}")
+        if self.consolidated_when not in CONSOLIDATED_WHEN:
+            raise ValueError(f"consolidated_when must be one of {CONSOLIDATED_WHEN}, got {self.consolidated_when!r}")
         if self.answer_stop is not None:
             if isinstance(self.answer_stop, str) or not isinstance(self.answer_stop, (list, tuple)) \
                     or not all(isinstance(x, str) for x in self.answer_stop):
@@ -333,6 +336,7 @@ class Answer:
     items: list = field(default_factory=list)  # the recall items behind ``facts``, same order
     kind: str = "ask"
     time: str | None = None  # when the question was asked (as given to ask())
+    consolidated: bool = False  # the consolidation adapter gave the answer (MAGSConfig.consolidated_when)
 
     @property
     def sources(self) -> list[str]:
@@ -1032,7 +1036,7 @@ class MAGS:
                 facts, mem_tokens, used_items = [], 0, []
             else:
                 facts, mem_tokens, used_items = self.in_time_order(*self.pack_facts(res.items))
-            gen = self._answer(question, facts)
+            gen, by_adapter = self._answer(question, facts)
         t3 = _time.perf_counter()
         self.n_asks += 1
         self.memory_tokens.append(mem_tokens)
@@ -1040,23 +1044,30 @@ class MAGS:
         return Answer(question=question, answer=gen.text.strip(), facts=facts, trace=res.trace, recall=res,
                       queries=queries, memory_tokens=mem_tokens, extraction=ext,
                       timings={"ask": t1 - t0, "recall": t2 - t1, "answer": t3 - t2}, seconds=t3 - t0,
-                      items=used_items, time=time)
+                      items=used_items, time=time, consolidated=by_adapter)
 
-    def _answer(self, question: str, facts: list) -> Any:
-        """The answer model's generation for ``question`` over ``facts`` (through the consolidation adapter, unless
-        ``config.consolidated_when == "closed_book"`` and ``facts`` is not empty)."""
+    def _answer(self, question: str, facts: list) -> tuple[Any, bool]:
+        """The answer model's generation for ``question`` over ``facts``, through the consolidation adapter as
+        ``config.consolidated_when`` says: ``always``; ``closed_book``: only for an empty ``facts``; ``fallback``:
+        for an empty ``facts``, or closed-book when the answer model alone abstained over ``facts``. Returns the
+        generation and whether the adapter gave it."""
+        from .metrics import is_abstention
+
         c = self.config
         spec = self.prompt_spec("answer")
         b = self.backend("answer")
         kw = {"max_new_tokens": spec.max_new_tokens, "temperature": c.temperature, "seed": c.seed,
               "stop": list(spec.stop if c.answer_stop is None else c.answer_stop) or None}
         name = self.consolidated_adapter_name()
-        if name is None or (facts and c.consolidated_when == "closed_book"):
-            return b.generate([spec.messages(question, facts=facts)], **kw)[0]
+        if name is None or (facts and c.consolidated_when != "always"):
+            gen = b.generate([spec.messages(question, facts=facts)], **kw)[0]
+            if name is None or c.consolidated_when == "closed_book" or not is_abstention(gen.text):
+                return gen, False
+            facts = []  # fallback: what was recalled holds no answer; the adapter answers from what it learnt
         prev = b.active_adapter
         b.set_adapter(name)  # only around the answer: ask/write/router may share this backend
         try:
-            return b.generate([spec.messages(question, facts=facts)], **kw)[0]
+            return b.generate([spec.messages(question, facts=facts)], **kw)[0], True
         finally:
             b.set_adapter(prev)
 
@@ -1077,14 +1088,14 @@ class MAGS:
     def _ask_closed_book(self, question: str, time: str | None, t0: float) -> Answer:
         import time as _time
 
-        gen = self._answer(question, [])
+        gen, by_adapter = self._answer(question, [])
         t3 = _time.perf_counter()
         self.n_asks += 1
         self.memory_tokens.append(0)
         self.latencies["ask"].append(t3 - t0)
         return Answer(question=question, answer=gen.text.strip(), facts=[], trace=None, recall=None, queries=[],
                       memory_tokens=0, extraction=None, timings={"ask": 0.0, "recall": 0.0, "answer": t3 - t0},
-                      seconds=t3 - t0, time=time, kind="ask_closed_book")
+                      seconds=t3 - t0, time=time, kind="ask_closed_book", consolidated=by_adapter)
 
     def set_consolidated(self, adapter: str | Path | None) -> None:
         """Serve the answer model with a consolidation adapter folder (``None``: the model alone).

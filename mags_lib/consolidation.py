@@ -24,7 +24,8 @@ One consolidation step on a :class:`~mags_lib.agent.MAGS` memory:
    adapter on general text (:data:`ANCHOR_TEXT`): the held-out perplexity stays where it was (README);
 4. **serve** it: the agent's answer model runs with the adapter (:meth:`MAGS.set_consolidated`), and
    ``MAGS.ask(question, recall=False)`` answers closed-book; with ``MAGSConfig(consolidated_when="closed_book")``
-   the adapter answers only when the memory block is empty (recalled facts are read by the model alone);
+   the adapter answers only when the memory block is empty (recalled facts are read by the model alone), with
+   ``"fallback"`` also when the model alone abstains over the recalled facts (a demoted or pruned fact);
 5. **demote**, **prune** or **keep** the consolidated facts in the graph (logged graph operations
    :meth:`~mags_lib.graph.LiquidGraph.demote` / :meth:`~mags_lib.graph.LiquidGraph.forget`), then take a
    snapshot: :meth:`MAGS.rollback` to any snapshot restores the graph *and* the adapter it was taken
@@ -190,8 +191,10 @@ class ConsolidationConfig:
             raise ValueError(f"threads must be None or an int >= 1, got {self.threads!r}")
         if self.after not in AFTER:
             raise ValueError(f"after must be one of {AFTER}, got {self.after!r}")
-        if self.batching not in ("random", "shuffled_length"):
-            raise ValueError(f"batching must be 'random' or 'shuffled_length', got {self.batching!r}")
+        from .training.prefix import BATCHINGS
+
+        if self.batching not in BATCHINGS:
+            raise ValueError(f"batching must be one of {BATCHINGS}, got {self.batching!r}")
         if self.trainer not in TRAINERS:
             raise ValueError(f"trainer must be one of {TRAINERS}, got {self.trainer!r}")
         if not isinstance(self.demote_factor, (int, float)) or not 0 < self.demote_factor <= 1:
@@ -547,7 +550,7 @@ def _train_shared_prefix(tcfg: Any, rows: Sequence[dict], folder: Path, *, base_
                          batch_size=tcfg.sft.batch_size, learning_rate=tcfg.sft.learning_rate,
                          warmup_ratio=tcfg.sft.warmup_ratio, weight_decay=tcfg.sft.weight_decay, seed=tcfg.seed,
                          bf16=bf16, max_length=tcfg.sft.max_length, log_path=folder / "log.csv", progress=progress,
-                         batching=tcfg.sft.batching, anchor=ANCHOR_TEXT if anchor_weight else (),
+                         batching=tcfg.sft.batching, anchor=ANCHOR_TEXT,
                          anchor_weight=anchor_weight, anchor_per_step=anchor_per_step, anchor_every=anchor_every)
     if metrics["n_dropped"]:
         note(f"consolidation: {metrics['n_dropped']} of {len(rows)} rows are longer than "

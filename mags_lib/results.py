@@ -224,6 +224,10 @@ def _x30(d: Mapping, src: str) -> list:
     return out
 
 
+# notebook 45's serving policies besides "always" (MAGSConfig.consolidated_when): key suffix, label
+_X45_POLICIES = (("closed_only", "closed-book only"), ("fallback", "closed-book or when the reader abstains"))
+
+
 @_extractor("45_consolidation")
 def _x45(d: Mapping, src: str) -> list:
     out = []
@@ -252,13 +256,15 @@ def _x45(d: Mapping, src: str) -> list:
                           n=ch.get("n"), source=src))
         out.append(record("changed facts: closed-book answers the old value", ch.get("closed_book_old"), "share",
                           n=ch.get("n"), source=src))
-        if _num(ch.get("open_book_new_adapter_closed_only")) is not None:
-            out.append(record("changed facts: open-book answers the new value, adapter closed-book only",
-                              ch.get("open_book_new_adapter_closed_only"), "share", n=ch.get("n"), source=src))
-    ob = (d.get("after") or {}).get("open_book_adapter_closed_only") or {}
-    if _num(ob.get("accuracy")) is not None:
-        out.append(record("open-book accuracy after, adapter closed-book only", ob.get("accuracy"), "accuracy",
-                          n=ob.get("n"), source=src))
+        for key, label in _X45_POLICIES:
+            if _num(ch.get(f"open_book_new_adapter_{key}")) is not None:
+                out.append(record(f"changed facts: open-book answers the new value, adapter {label}",
+                                  ch.get(f"open_book_new_adapter_{key}"), "share", n=ch.get("n"), source=src))
+    for key, label in _X45_POLICIES:
+        ob = (d.get("after") or {}).get(f"open_book_adapter_{key}") or {}
+        if _num(ob.get("accuracy")) is not None:
+            out.append(record(f"open-book accuracy after, adapter {label}", ob.get("accuracy"), "accuracy",
+                              n=ob.get("n"), source=src))
     out.append(record("consolidation", (d.get("consolidation") or {}).get("seconds"), "s", source=src))
     return out
 

@@ -243,6 +243,37 @@ def test_consolidated_when_decides_whether_the_adapter_reads_recalled_facts(tmp_
         MAGSConfig(consolidated_when="never")
 
 
+class _AbstainingBackend(_RecordingBackend):
+    """Abstains without the adapter (the recalled facts hold no answer), answers with it."""
+
+    def generate(self, prompts, **kw):
+        from types import SimpleNamespace
+
+        from mags_lib import protocol
+
+        self.served.append(self.active_adapter)
+        text = "frozen lemons" if self.active_adapter else protocol.ABSTAIN_ANSWER
+        return [SimpleNamespace(text=text) for _ in prompts]
+
+
+@pytest.mark.parametrize("backend, served, answer, by_adapter", [
+    (_RecordingBackend, [None], "frozen lemons", False),  # the reader answered from memory: the adapter is not asked
+    (_AbstainingBackend, [None, "consolidated-0"], "frozen lemons", True)])  # it abstained: the adapter answers
+def test_fallback_asks_the_adapter_only_when_the_reader_abstains_over_recalled_facts(tmp_path, backend, served,
+                                                                                        answer, by_adapter):
+    m = MAGS(MAGSConfig(backend="transformers", embedder="hash", consolidated_when="fallback"))
+    fake = backend()
+    m.backend = lambda role: fake
+    m.set_consolidated(_fake_adapter(tmp_path / "v1"))
+    fact = {"text": "Blorps live in the old mill", "time": None, "current": None, "speaker": None}
+    gen, used = m._answer("What do blorps eat?", [fact])
+    assert fake.served == served and gen.text == answer and used is by_adapter
+    assert fake.active_adapter is None
+    fake.served.clear()
+    closed = m.ask("What do blorps eat?", recall=False)  # an empty memory block: the adapter straight away
+    assert fake.served == ["consolidated-0"] and closed.consolidated
+
+
 def test_consolidate_skips_when_nothing_qualifies(tmp_path):
     m = MAGS(MAGSConfig(embedder="hash"), graph=_graph())
     res = consolidate(m, ConsolidationConfig(min_strength=1.0, min_uses=50), root=tmp_path)

@@ -181,6 +181,13 @@ def test_extract_45_consolidation():
     assert recs["open-book accuracy after, adapter closed-book only"]["value"] == 0.5
     got = recs["changed facts: open-book answers the new value, adapter closed-book only"]
     assert got["value"] == 0.75 and got["n"] == d["changed"]["n"]
+    assert not any("reader abstains" in name for name in recs)  # written before the fallback policy
+    d["after"]["open_book_adapter_fallback"] = {"accuracy": 0.25, "n": 4}
+    d["changed"]["open_book_new_adapter_fallback"] = 0.5
+    recs = by_name(results.extract_records("45_consolidation", d))
+    assert recs["open-book accuracy after, adapter closed-book or when the reader abstains"]["value"] == 0.25
+    assert recs["changed facts: open-book answers the new value, adapter closed-book or when the reader abstains"][
+        "value"] == 0.5
 
 
 def test_extract_50_game_with_intervals():

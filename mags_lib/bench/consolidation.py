@@ -132,7 +132,7 @@ def answer_role_accuracy(m: Any, n: int = 20, seed: int = 0) -> dict:
     for i in range(n):
         world = generate_world(f"c45-{i}", seed=seed)
         row = render_answer(world, kinds[i % len(kinds)], rng)
-        gen = m._answer(row["input"], row["memory"])
+        gen, _ = m._answer(row["input"], row["memory"])
         ok.append(bool(answer_correct(gen.text.strip(), row.get("aliases") or [])))
     return {"accuracy": float(np.mean(ok)) if ok else float("nan"), "n": len(ok)}
 
@@ -192,8 +192,10 @@ def run(m: Any, facts: Sequence[dict], config: Any, *, root: str | Path, uses: i
     negatives = res.negatives_eval
     with _serving(m, "closed_book"):
         open_closed_only = _open_book(m, rng_open)
+    with _serving(m, "fallback"):
+        open_fallback = _open_book(m, rng_open)
     after = {"closed_book": closed_book_accuracy(m, questions, progress=True), "open_book": _open_book(m, rng_open),
-             "open_book_adapter_closed_only": open_closed_only,
+             "open_book_adapter_closed_only": open_closed_only, "open_book_adapter_fallback": open_fallback,
              "negatives": closed_book_accuracy(m, negatives, progress=True, desc="negatives"), "graph": m.graph.stats(), "perplexity": perplexity(m),
              "answer_role": answer_role_accuracy(m, n_answer, seed)}
     before["negatives"] = None
@@ -211,12 +213,16 @@ def run(m: Any, facts: Sequence[dict], config: Any, *, root: str | Path, uses: i
         a_closed = m.ask(q["question"], recall=False).answer
         with _serving(m, "closed_book"):  # the adapter only for an empty memory block: recall read alone
             a_cb = m.ask(q["question"]).answer
+        with _serving(m, "fallback"):  # ... and when the answer model abstains over what was recalled
+            a_fb = m.ask(q["question"]).answer
         upd_rows.append({"question": q["question"], "old": q["object"], "new": new, "open_book": a_open,
                          "closed_book": a_closed, "open_book_adapter_closed_only": a_cb,
                          "open_new": answer_correct(a_open, [new]), "open_old": answer_correct(a_open, [q["object"]]),
                          "closed_old": answer_correct(a_closed, [q["object"]]),
                          "open_new_adapter_closed_only": answer_correct(a_cb, [new]),
-                         "open_old_adapter_closed_only": answer_correct(a_cb, [q["object"]])})
+                         "open_old_adapter_closed_only": answer_correct(a_cb, [q["object"]]),
+                         "open_book_adapter_fallback": a_fb, "open_new_adapter_fallback": answer_correct(a_fb, [new]),
+                         "open_old_adapter_fallback": answer_correct(a_fb, [q["object"]])})
     n = len(upd_rows)
 
     def share(key: str) -> float | None:
@@ -225,7 +231,9 @@ def run(m: Any, facts: Sequence[dict], config: Any, *, root: str | Path, uses: i
     out["changed"] = {"n": n, "rows": upd_rows, "open_book_new": share("open_new"), "open_book_old": share("open_old"),
                       "closed_book_old": share("closed_old"),
                       "open_book_new_adapter_closed_only": share("open_new_adapter_closed_only"),
-                      "open_book_old_adapter_closed_only": share("open_old_adapter_closed_only")}
+                      "open_book_old_adapter_closed_only": share("open_old_adapter_closed_only"),
+                      "open_book_new_adapter_fallback": share("open_new_adapter_fallback"),
+                      "open_book_old_adapter_fallback": share("open_old_adapter_fallback")}
     # rollback restores the graph and the adapter of the snapshot taken before the consolidation
     m.rollback(res.previous_snapshot)
     out["rollback_restores_no_adapter"] = m.consolidated is None

@@ -150,6 +150,10 @@ def _anchor_kl(model: Any, seqs: Sequence[list[int]], pad_id: int, bf16: bool) -
     return F.kl_div(F.log_softmax(out, -1), F.log_softmax(base, -1), log_target=True, reduction="batchmean")
 
 
+BATCHINGS = ("random", "shuffled_length")
+"""The row orders :func:`train_lora` knows (``batching=``); ``ConsolidationConfig.batching`` checks against it."""
+
+
 def _lr_at(step: int, steps: int, peak: float, warmup: int) -> float:
     """Linear warm-up to ``peak``, then cosine decay to 0 (step counts from 0)."""
     if warmup and step < warmup:
@@ -207,8 +211,8 @@ def train_lora(model: Any, tok: Any, examples: Sequence[dict], *, steps: int, ba
 
     from .sampling import length_batches
 
-    if batching not in ("random", "shuffled_length"):
-        raise ValueError(f"batching must be 'random' or 'shuffled_length', got {batching!r}")
+    if batching not in BATCHINGS:
+        raise ValueError(f"batching must be one of {BATCHINGS}, got {batching!r}")
     if anchor_weight < 0 or (anchor_weight > 0 and (not anchor or anchor_per_step < 1 or anchor_every < 1)):
         raise ValueError(f"anchor_weight={anchor_weight} needs anchor_weight >= 0, and anchor texts and "
                          f"anchor_per_step, anchor_every >= 1 when it is > 0 (got {len(anchor)} texts, "
