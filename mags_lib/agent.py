@@ -56,11 +56,11 @@ _FORMAT = "mags-agent"
 _FORMAT_VERSION = 2  # 2: mags.json carries a checksum; version 1 saves still load
 _PROMPT_ROOM = 256  # tokens n_ctx must leave for a system prompt, few-shot examples and a short input
 MEMORY_MODES = ("graph", "none", "full_context", "rag")
-CONSOLIDATED_WHEN = ("always", "closed_book", "fallback")  # MAGSConfig.consolidated_when
 """``MAGSConfig.memory``: what the reader is given. ``graph``: MAGS (the Liquid Knowledge Graph, write
 model, recall); ``none``: nothing (the reader alone); ``full_context``: the raw observations, newest
 kept, as many as fit the reader's window; ``rag``: the ``recall_k`` raw observations most similar to
 the question by embedding (static: never updated, no write or ask model call)."""
+CONSOLIDATED_WHEN = ("always", "closed_book", "fallback")  # MAGSConfig.consolidated_when
 
 
 class MAGSFormatError(ValueError):
