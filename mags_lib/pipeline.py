@@ -298,6 +298,19 @@ def inspect_parameters(path: Path | str) -> dict[str, dict[str, Any]]:
         raise PipelineError(f"{Path(path).name} has no cell tagged 'parameters'; "
                             "tag the cell holding its typed parameters (see README)")
     params = papermill.inspect_notebook(str(path))
+    cell = next(c for c in nb.cells if "parameters" in c.get("metadata", {}).get("tags", []))
+    try:
+        declared_names = [(n.lineno, n.target.id) for n in ast.parse(cell.source).body
+                          if isinstance(n, ast.AnnAssign) and isinstance(n.target, ast.Name)]
+    except SyntaxError as e:
+        raise PipelineError(f"{Path(path).name}: the parameters cell is not valid Python ({e}); fix it") from None
+    lost = [(i, name) for i, name in declared_names if name not in params]
+    if lost:  # papermill skips a line it cannot parse with only a log message: the parameter would not exist
+        lines = cell.source.splitlines()
+        raise PipelineError(f"{Path(path).name}: papermill cannot read parameter(s) "
+                            + "; ".join(f"{name!r} (line {i}: {lines[i - 1].strip()[:90]})" for i, name in lost)
+                            + "; keep each to `name: type = literal  # help` with no other '=' on the line"
+                            " (papermill skips a line holding two)")
     out = {}
     for name, spec in params.items():
         spec = dict(spec)

@@ -133,6 +133,21 @@ def test_notebook_without_parameters_cell_is_an_error(tmp_path):
         pipeline.inspect_parameters(tmp_path / "00_x.ipynb")
 
 
+def test_a_parameter_papermill_cannot_read_is_an_error_not_a_missing_parameter(tmp_path):
+    """papermill skips a line holding two '=' (one in the help) with a log line only; the
+    parameter would then be unknown to ``-p`` and silently keep its default inside the notebook."""
+    cell = nbformat.v4.new_code_cell('n: int = 3  # how many\nroles: str = ""  # with models=trained, the roles kept')
+    cell.metadata["tags"] = ["parameters"]
+    nb = nbformat.v4.new_notebook(cells=[cell])
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    nbformat.write(nb, tmp_path / "00_x.ipynb")
+    with pytest.raises(PipelineError, match=r"cannot read parameter\(s\) 'roles' \(line 2"):
+        pipeline.inspect_parameters(tmp_path / "00_x.ipynb")
+    cell.source = 'n: int = 3  # how many\nroles: str = ""  # with trained models, the roles kept'
+    nbformat.write(nb, tmp_path / "00_x.ipynb")
+    assert set(pipeline.inspect_parameters(tmp_path / "00_x.ipynb")) == {"n", "roles"}
+
+
 # --- selection -----------------------------------------------------------------------------------
 
 
