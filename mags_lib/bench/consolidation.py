@@ -137,6 +137,12 @@ def answer_role_accuracy(m: Any, n: int = 20, seed: int = 0) -> dict:
     return {"accuracy": float(np.mean(ok)) if ok else float("nan"), "n": len(ok)}
 
 
+#: the serving policies measured beside the default ("always"): key suffix -> ``consolidated_when``.
+#: closed_only: the adapter answers only for an empty memory block (recall is read alone);
+#: fallback: ... and also when the answer model abstains over what was recalled.
+_POLICIES = (("closed_only", "closed_book"), ("fallback", "fallback"))
+
+
 @contextlib.contextmanager
 def _serving(m: Any, when: str):
     """``m`` with ``config.consolidated_when = when`` inside the block (the agent reads it at each answer)."""
@@ -190,14 +196,13 @@ def run(m: Any, facts: Sequence[dict], config: Any, *, root: str | Path, uses: i
         out["before"] = before
         return out
     negatives = res.negatives_eval
-    with _serving(m, "closed_book"):
-        open_closed_only = _open_book(m, rng_open)
-    with _serving(m, "fallback"):
-        open_fallback = _open_book(m, rng_open)
-    after = {"closed_book": closed_book_accuracy(m, questions, progress=True), "open_book": _open_book(m, rng_open),
-             "open_book_adapter_closed_only": open_closed_only, "open_book_adapter_fallback": open_fallback,
-             "negatives": closed_book_accuracy(m, negatives, progress=True, desc="negatives"), "graph": m.graph.stats(), "perplexity": perplexity(m),
-             "answer_role": answer_role_accuracy(m, n_answer, seed)}
+    after = {"closed_book": closed_book_accuracy(m, questions, progress=True), "open_book": _open_book(m, rng_open)}
+    for suffix, when in _POLICIES:
+        with _serving(m, when):
+            after[f"open_book_adapter_{suffix}"] = _open_book(m, rng_open)
+    after.update({"negatives": closed_book_accuracy(m, negatives, progress=True, desc="negatives"),
+                  "graph": m.graph.stats(), "perplexity": perplexity(m),
+                  "answer_role": answer_role_accuracy(m, n_answer, seed)})
     before["negatives"] = None
     out.update(before=before, after=after)
     # facts that change after the consolidation: the new value is observed; recall should override the adapter
@@ -211,29 +216,25 @@ def run(m: Any, facts: Sequence[dict], config: Any, *, root: str | Path, uses: i
         new = by_key[(q["subject"].lower(), q["relation"].lower())]["new_object"]
         a_open = m.ask(q["question"]).answer
         a_closed = m.ask(q["question"], recall=False).answer
-        with _serving(m, "closed_book"):  # the adapter only for an empty memory block: recall read alone
-            a_cb = m.ask(q["question"]).answer
-        with _serving(m, "fallback"):  # ... and when the answer model abstains over what was recalled
-            a_fb = m.ask(q["question"]).answer
-        upd_rows.append({"question": q["question"], "old": q["object"], "new": new, "open_book": a_open,
-                         "closed_book": a_closed, "open_book_adapter_closed_only": a_cb,
-                         "open_new": answer_correct(a_open, [new]), "open_old": answer_correct(a_open, [q["object"]]),
-                         "closed_old": answer_correct(a_closed, [q["object"]]),
-                         "open_new_adapter_closed_only": answer_correct(a_cb, [new]),
-                         "open_old_adapter_closed_only": answer_correct(a_cb, [q["object"]]),
-                         "open_book_adapter_fallback": a_fb, "open_new_adapter_fallback": answer_correct(a_fb, [new]),
-                         "open_old_adapter_fallback": answer_correct(a_fb, [q["object"]])})
+        row = {"question": q["question"], "old": q["object"], "new": new, "open_book": a_open, "closed_book": a_closed,
+               "open_new": answer_correct(a_open, [new]), "open_old": answer_correct(a_open, [q["object"]]),
+               "closed_old": answer_correct(a_closed, [q["object"]])}
+        for suffix, when in _POLICIES:
+            with _serving(m, when):
+                a = m.ask(q["question"]).answer
+            row.update({f"open_book_adapter_{suffix}": a, f"open_new_adapter_{suffix}": answer_correct(a, [new]),
+                        f"open_old_adapter_{suffix}": answer_correct(a, [q["object"]])})
+        upd_rows.append(row)
     n = len(upd_rows)
 
     def share(key: str) -> float | None:
         return sum(r[key] for r in upd_rows) / n if n else None
 
     out["changed"] = {"n": n, "rows": upd_rows, "open_book_new": share("open_new"), "open_book_old": share("open_old"),
-                      "closed_book_old": share("closed_old"),
-                      "open_book_new_adapter_closed_only": share("open_new_adapter_closed_only"),
-                      "open_book_old_adapter_closed_only": share("open_old_adapter_closed_only"),
-                      "open_book_new_adapter_fallback": share("open_new_adapter_fallback"),
-                      "open_book_old_adapter_fallback": share("open_old_adapter_fallback")}
+                      "closed_book_old": share("closed_old")}
+    for suffix, _ in _POLICIES:
+        out["changed"][f"open_book_new_adapter_{suffix}"] = share(f"open_new_adapter_{suffix}")
+        out["changed"][f"open_book_old_adapter_{suffix}"] = share(f"open_old_adapter_{suffix}")
     # rollback restores the graph and the adapter of the snapshot taken before the consolidation
     m.rollback(res.previous_snapshot)
     out["rollback_restores_no_adapter"] = m.consolidated is None
