@@ -469,3 +469,15 @@ def test_recipe_command_refuses_what_is_not_a_config_object(tmp_path, capsys, ar
         main(["--recipe", arg, "--out", str(tmp_path)])
     assert word in capsys.readouterr().err
     assert not (tmp_path / "consolidation_recipes.json").exists()  # nothing written
+
+
+def test_block_ranks_tell_recall_misses_from_reader_misses():
+    from mags_lib.bench.consolidation import _block_ranks
+
+    block = ["Pruman plays harmonica", "(2023-01-02, no longer true) Pruman enjoys stargazing", "Pruman enjoys hiking"]
+    got = _block_ranks(block, "hiking", "stargazing")
+    assert got == {"new_rank": 2, "new_in_block": True, "new_first_in_block": False, "old_unmarked_in_block": False}
+    got = _block_ranks(["Pruman enjoys Stargazing", "Pruman enjoys hiking"], "Hiking", "stargazing")
+    assert got["new_rank"] == 1 and got["old_unmarked_in_block"]  # the old value shown as if still true
+    got = _block_ranks(["Pruman plays harmonica"], "hiking", "stargazing")
+    assert got == {"new_rank": None, "new_in_block": False, "new_first_in_block": False, "old_unmarked_in_block": False}

@@ -143,6 +143,18 @@ def answer_role_accuracy(m: Any, n: int = 20, seed: int = 0) -> dict:
 _POLICIES = (("closed_only", "closed_book"), ("fallback", "fallback"))
 
 
+def _block_ranks(facts: Sequence[str], new: str, old: str) -> dict:
+    """Where a changed fact's values stand in the memory block given to the reader: ``new_rank`` (0-based
+    index of the first item naming the new value, None if none), whether it is there / first, and whether
+    an item names the old value without the reader's ``no longer true`` mark."""
+    def names(item: str, value: str) -> bool:
+        return value.lower() in item.lower()
+
+    rank = next((i for i, f in enumerate(facts) if names(f, new)), None)
+    return {"new_rank": rank, "new_in_block": rank is not None, "new_first_in_block": rank == 0,
+            "old_unmarked_in_block": any(names(f, old) and "no longer true" not in f.lower() for f in facts)}
+
+
 @contextlib.contextmanager
 def _serving(m: Any, when: str):
     """``m`` with ``config.consolidated_when = when`` inside the block (the agent reads it at each answer)."""
@@ -214,11 +226,12 @@ def run(m: Any, facts: Sequence[dict], config: Any, *, root: str | Path, uses: i
 
     for q in tqdm(changed, desc="changed facts", leave=False):
         new = by_key[(q["subject"].lower(), q["relation"].lower())]["new_object"]
-        a_open = m.ask(q["question"]).answer
+        ans = m.ask(q["question"])
+        a_open = ans.answer
         a_closed = m.ask(q["question"], recall=False).answer
         row = {"question": q["question"], "old": q["object"], "new": new, "open_book": a_open, "closed_book": a_closed,
                "open_new": answer_correct(a_open, [new]), "open_old": answer_correct(a_open, [q["object"]]),
-               "closed_old": answer_correct(a_closed, [q["object"]])}
+               "closed_old": answer_correct(a_closed, [q["object"]]), **_block_ranks(ans.facts, new, q["object"])}
         for suffix, when in _POLICIES:
             with _serving(m, when):
                 a = m.ask(q["question"]).answer
@@ -231,7 +244,11 @@ def run(m: Any, facts: Sequence[dict], config: Any, *, root: str | Path, uses: i
         return sum(r[key] for r in upd_rows) / n if n else None
 
     out["changed"] = {"n": n, "rows": upd_rows, "open_book_new": share("open_new"), "open_book_old": share("open_old"),
-                      "closed_book_old": share("closed_old")}
+                      "closed_book_old": share("closed_old"),
+                      # is a miss recall's or the reader's? the new value in the memory block, first in it, and the
+                      # old value shown without its "no longer true" mark
+                      "new_in_block": share("new_in_block"), "new_first_in_block": share("new_first_in_block"),
+                      "old_unmarked_in_block": share("old_unmarked_in_block")}
     for suffix, _ in _POLICIES:
         out["changed"][f"open_book_new_adapter_{suffix}"] = share(f"open_new_adapter_{suffix}")
         out["changed"][f"open_book_old_adapter_{suffix}"] = share(f"open_old_adapter_{suffix}")
