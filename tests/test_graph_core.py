@@ -290,6 +290,34 @@ def test_recall_returns_the_best_episodes_when_entities_take_the_anchor_places()
     assert [it.score for it in res.items] == sorted((it.score for it in res.items), reverse=True)
 
 
+def test_source_weight_grounds_a_fact_in_the_turn_that_said_it():
+    g = hash_graph()
+    a = g.add_episode("Lena: the storm flooded the harbour last night.", source="D1")
+    g.engram([("Lena", "talked about", "the weather")], episode=a)  # said in a turn about the storm
+    b = g.add_episode("Mira: I baked bread with my aunt.", source="D2")
+    g.engram([("Mira", "talked about", "the storm")], episode=b)  # matches by words, said in a turn about bread
+    g.engram([("Oskar", "talked about", "the storm harbour")], source="notes")  # no episode: keeps its own
+    cfg = RecallConfig(touch=False, coactivation=False, max_episode_share=1.0)
+    query = "Who talked about the storm in the harbour?"
+
+    def scores(s):
+        items = g.recall(query, k=6, config=replace(cfg, source_weight=s)).items
+        return {it.text: it.score for it in items if it.kind == "fact"}
+
+    alone, grounded, only_source = scores(0.0), scores(0.5), scores(1.0)
+    lena, mira, oskar = "Lena talked about the weather", "Mira talked about the storm", "Oskar talked about the storm harbour"
+    assert alone[mira] > alone[lena]  # on their own words the bread turn's fact wins ...
+    assert grounded[lena] > grounded[mira]  # ... grounded in their turns, the storm turn's fact does
+    assert only_source[lena] > grounded[lena] > alone[lena] and only_source[mira] < grounded[mira] < alone[mira]
+    assert alone[oskar] == pytest.approx(grounded[oskar]) == pytest.approx(only_source[oskar])
+    # a fact whose episode is gone (pruned by the dynamics) keeps its own relevance
+    g._kill_nodes([g._idx(a)])
+    assert scores(0.5)[lena] == pytest.approx(scores(0.0)[lena])
+    assert scores(0.5)[mira] < scores(0.0)[mira]  # the other still grounded
+    with pytest.raises(ValueError, match="source_weight"):
+        RecallConfig(source_weight=1.5)
+
+
 def test_superseded_facts_lower_their_episode_once():
     for compound, expected in ((False, 0.5), (True, 0.25)):
         g = hash_graph(compound_superseded=compound)

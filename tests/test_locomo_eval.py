@@ -426,3 +426,13 @@ def test_ingest_benchmark_observe_and_observe_many_write_the_same(tiny, tmp_path
     assert par["turns"] == len(TURNS) and 0.0 <= I.compare(one, par)["share_equal"] <= 1.0
     with pytest.raises(ValueError, match="mode must be one of"):
         I.ingest(conv, mode="batch")
+
+
+def test_every_recall_variant_is_a_valid_recall_config_that_differs_from_the_default():
+    from mags_lib.graph import RecallConfig
+
+    base = RecallConfig()
+    for name, over in E.RECALL_VARIANTS.items():
+        cfg = dataclasses.replace(base, **over)  # an unknown field: TypeError; a bad value: ValueError
+        assert cfg != base, f"variant {name!r} is the default recall"
+    assert dataclasses.replace(base, **E.RECALL_VARIANTS["grounded"]).source_weight > 0

@@ -368,10 +368,18 @@ class RecallConfig:
     # when anchors scale with k: 4 anchors expand 64 edges each, 25 anchors 10 each)
     direction: str = "both"  # follow edges "out" of a node only, or "both" ways
     relevance_weight: float = 0.7  # score = ((1-w) * anchor_sim * path + w * relevance) * (1 + confidence) / 2
+    source_weight: float = 0.0  # a fact's relevance is (1 - s) * its own + s * the best relevance of the alive
+    # episodes it was drawn from (the turn that said it, with its context): a fact that matches the query by a
+    # name alone, said in a turn about something else, is grounded by that turn; facts with no alive source
+    # episode keep their own; 0: the fact alone, the default (with max_episode_share=1.0, s=0.25 is LoCoMo's best,
+    # variant "grounded" of its bench; README, LoCoMo, "Facts grounded in their turns")
     include_episodes: bool = True  # episodes can be anchors and results
     candidate_episodes: bool = True  # the best ceil(anchors) episode candidates of each query are results even
     # when entity anchors took their anchor places (scored as anchors are); False: only anchors and reached
     max_episode_share: float = 0.5  # routing: at most this share of k are episodes (unless facts run out) ...
+    # (1.0: no places reserved for facts, facts and episodes ranked by score alone: better on LoCoMo, variants
+    # "no-routing" and "grounded" of its bench, but a query about the past then loses its superseded facts and
+    # their intervals to the turns that said them)
     episode_share_by_memory: bool = True  # ... or more: facts keep at most ceil(f * k) places, f their share of the
     # memory's alive episodes and valid facts (a conversation the writer drew few facts from); False: the fixed share
     touch: bool = True  # update access counts/last-access of returned nodes and edges
@@ -406,6 +414,7 @@ class RecallConfig:
         if self.direction not in ("out", "both"):
             raise ValueError(f"direction must be 'out' or 'both', got {self.direction!r}")
         _check_unit("relevance_weight", self.relevance_weight)
+        _check_unit("source_weight", self.source_weight)
         _check_unit("branch_query_weight", self.branch_query_weight)
         _check_unit("max_episode_share", self.max_episode_share)
         if self.history not in ("off", "auto", "on"):
