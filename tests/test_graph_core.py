@@ -264,12 +264,27 @@ def test_recall_routing_follows_a_memory_of_few_facts():
         ep = g.add_episode(f"Episode {i} about tea and cakes", source=f"D{i}")
         g.engram([(f"guest {i % 3}", "drinks", "tea")], episode=ep)  # three facts, each restated four times
     assert g.stats()["n_facts"] == 3 and g.stats()["n_episodes"] == 12
-    cfg = RecallConfig(touch=False, coactivation=False)  # share 0.5, by memory
-    # facts are 3/15 of the memory: ceil(0.2 * 4) = 1 place of k=4 (the fixed share keeps 2)
+    cfg = RecallConfig(touch=False, coactivation=False)  # share 0.5, by memory, min_fact_share 0.3
+    # facts are 3/15 = 0.2 of the memory, under min_fact_share: a memory of episodes, ranked by score alone
+    # (every episode repeats the query verbatim and outscores the facts)
     res = g.recall("tea and cakes", k=4, config=cfg)
-    assert len(res.items) == 4 and sum(it.kind == "episode" for it in res.items) == 3
+    assert len(res.items) == 4 and sum(it.kind == "episode" for it in res.items) == 4
+    # without the floor: ceil(0.2 * 4) = 1 place of k=4 for facts (the fixed share keeps 2)
+    reserve = g.recall("tea and cakes", k=4, config=replace(cfg, min_fact_share=0.0))
+    assert len(reserve.items) == 4 and sum(it.kind == "episode" for it in reserve.items) == 3
     fixed = g.recall("tea and cakes", k=4, config=replace(cfg, episode_share_by_memory=False))
     assert sum(it.kind == "episode" for it in fixed.items) == 2
+    # the floor is a share of the memory: at 0.2 exactly the reserve holds (fewer than, not at most)
+    assert sum(it.kind == "episode" for it in g.recall("tea and cakes", k=4, config=replace(
+        cfg, min_fact_share=0.2)).items) == 3
+    # three more facts make it 6/18 = 0.33: the memory keeps ceil(0.33 * 4) = 2 places for facts
+    for i in range(3):
+        g.engram([(f"guest {i}", "eats", "cakes")], source="menu")
+    assert g.stats()["n_facts"] == 6
+    rich = g.recall("tea and cakes", k=4, config=cfg)
+    assert len(rich.items) == 4 and sum(it.kind == "episode" for it in rich.items) == 2
+    with pytest.raises(ValueError, match="min_fact_share"):
+        RecallConfig(min_fact_share=-0.1)
 
 
 def test_recall_returns_the_best_episodes_when_entities_take_the_anchor_places():

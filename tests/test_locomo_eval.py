@@ -435,4 +435,4 @@ def test_every_recall_variant_is_a_valid_recall_config_that_differs_from_the_def
     for name, over in E.RECALL_VARIANTS.items():
         cfg = dataclasses.replace(base, **over)  # an unknown field: TypeError; a bad value: ValueError
         assert cfg != base, f"variant {name!r} is the default recall"
-    assert dataclasses.replace(base, **E.RECALL_VARIANTS["grounded"]).source_weight > 0
+    assert dataclasses.replace(base, **E.RECALL_VARIANTS["reserve"]).min_fact_share == 0

@@ -120,9 +120,10 @@ RECALL_VARIANTS: dict[str, dict[str, Any]] = {
     "dense": {"lexical_weight": 0.0},  # no BM25: anchors scale with k, episode context on
     "no-context": {"episode_context": 0.0},  # hybrid anchors, each episode on its own
     "window-1": {"episode_window": 1},  # context from the turns just before and after only (before 2026-11-29)
-    "no-routing": {"max_episode_share": 1.0},  # facts and episodes ranked by score alone (no cap on episodes)
-    # no cap, and a fact's relevance grounded in the turns it was drawn from (RecallConfig.source_weight)
-    "grounded": {"max_episode_share": 1.0, "source_weight": 0.25},
+    "no-routing": {"max_episode_share": 1.0},  # facts and episodes ranked by score alone, whatever the memory holds
+    # the default before 2026-12-04: facts keep ceil(f * k) places however few they are, each fact on its own
+    "reserve": {"min_fact_share": 0.0, "source_weight": 0.0},
+    "ungrounded": {"source_weight": 0.0},  # a fact's relevance its own, not grounded in the turns that said it
     "fixed-share": {"episode_share_by_memory": False},  # at most half of k episodes, whatever the memory holds
     "anchor-episodes": {"candidate_episodes": False},  # only episodes chosen as anchors or reached (before 2026-12-01)
     "fixed-anchors": {"anchors_per_k": 0.0},  # hybrid + context, but n_anchors whatever k

@@ -368,20 +368,21 @@ class RecallConfig:
     # when anchors scale with k: 4 anchors expand 64 edges each, 25 anchors 10 each)
     direction: str = "both"  # follow edges "out" of a node only, or "both" ways
     relevance_weight: float = 0.7  # score = ((1-w) * anchor_sim * path + w * relevance) * (1 + confidence) / 2
-    source_weight: float = 0.0  # a fact's relevance is (1 - s) * its own + s * the best relevance of the alive
+    source_weight: float = 0.25  # a fact's relevance is (1 - s) * its own + s * the best relevance of the alive
     # episodes it was drawn from (the turn that said it, with its context): a fact that matches the query by a
     # name alone, said in a turn about something else, is grounded by that turn; facts with no alive source
-    # episode keep their own; 0: the fact alone, the default (with max_episode_share=1.0, s=0.25 is LoCoMo's best,
-    # variant "grounded" of its bench; README, LoCoMo, "Facts grounded in their turns")
+    # episode keep their own; 0: the fact alone (the default before 2026-12-04; s chosen on LoCoMo's tuning pair,
+    # README, LoCoMo, "A memory of episodes ranks by score")
     include_episodes: bool = True  # episodes can be anchors and results
     candidate_episodes: bool = True  # the best ceil(anchors) episode candidates of each query are results even
     # when entity anchors took their anchor places (scored as anchors are); False: only anchors and reached
     max_episode_share: float = 0.5  # routing: at most this share of k are episodes (unless facts run out) ...
-    # (1.0: no places reserved for facts, facts and episodes ranked by score alone: better on LoCoMo, variants
-    # "no-routing" and "grounded" of its bench, but a query about the past then loses its superseded facts and
-    # their intervals to the turns that said them)
+    # (1.0: no places reserved for facts, facts and episodes ranked by score alone, whatever the memory holds)
     episode_share_by_memory: bool = True  # ... or more: facts keep at most ceil(f * k) places, f their share of the
     # memory's alive episodes and valid facts (a conversation the writer drew few facts from); False: the fixed share
+    min_fact_share: float = 0.3  # ... and a memory whose facts are fewer than this share of it (a memory of
+    # episodes: LoCoMo's ten hold 9-24 % facts, the game's scenarios a median of 44 %) reserves no place for facts:
+    # they and the turns are ranked by score alone (facts grounded in their turns, source_weight); 0: always reserve
     touch: bool = True  # update access counts/last-access of returned nodes and edges
     coactivation: bool = True  # record co-activation for Hebbian strengthening at the next maintain
     # history: superseded facts (valid=False) reached through their subject or object
@@ -417,6 +418,7 @@ class RecallConfig:
         _check_unit("source_weight", self.source_weight)
         _check_unit("branch_query_weight", self.branch_query_weight)
         _check_unit("max_episode_share", self.max_episode_share)
+        _check_unit("min_fact_share", self.min_fact_share)
         if self.history not in ("off", "auto", "on"):
             raise ValueError(f"history must be 'off', 'auto' or 'on', got {self.history!r}")
         _check_unit("history_weight", self.history_weight)

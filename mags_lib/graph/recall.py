@@ -48,10 +48,14 @@ episodes only):
    episodes and valid facts (superseded ones too when history is recalled): a long conversation
    the writer drew few facts from keeps for facts the places its facts' share gives them, rounded
    up (conv-30 of LoCoMo holds 369 episodes and 32 facts, and half of k for facts gave most places
-   to facts whose source was not the question's evidence). With share 1.0 no places are reserved
-   for facts: with facts grounded in their turns (point 4, s = 0.25) LoCoMo's write-model memories
-   gain (evidence R@10 0.727 -> 0.752), but a query about the past loses its superseded facts, and
-   their intervals, to the turns that said them; the default keeps the reserve (README, LoCoMo).
+   to facts whose source was not the question's evidence). A memory whose facts are fewer than
+   ``min_fact_share`` (0.3) of it, a memory of episodes, reserves no place for facts: facts, grounded
+   in their turns (point 4), and turns are ranked by score alone. LoCoMo's write-model memories hold
+   9-24 % facts, and even a reserve of 1-3 of 10 places gave them to facts said in other turns than
+   the question's evidence (evidence R@10 0.727 -> 0.752); the game's scenarios (median 44 % facts)
+   and other fact-rich memories keep it, so a fact drawn from a turn is returned beside that turn
+   (without a reserve the turn outscores its own fact) and a query about the past keeps its
+   superseded facts and their intervals (README, LoCoMo).
 
 ``RecallConfig(anchors_per_k=0, lexical_weight=0, episode_context=0)`` is recall as it was before
 hybrid anchors (the same items, scores and traces: the ablation). On LoCoMo with a memory of
@@ -413,8 +417,11 @@ def recall(g, query: str | Sequence[str], k: int = 10, query_embeddings: np.ndar
         # a memory mostly of episodes (few facts drawn) keeps for facts only their share of it (rounded up)
         n_e = int(np.count_nonzero(nd.alive & (kinds == KIND_EPISODE)))
         n_f = int(np.count_nonzero(ed.alive & (ed.valid | with_history) & (ekind == EDGE_FACT)))
-        if n_e + n_f:
-            max_ep = max(max_ep, int(k) - int(np.ceil(n_f / (n_e + n_f) * int(k) - 1e-9)))
+        f = n_f / (n_e + n_f) if n_e + n_f else 1.0
+        if f < cfg.min_fact_share:
+            max_ep = int(k)  # a memory of episodes: facts and episodes ranked by score alone
+        elif n_e + n_f:
+            max_ep = max(max_ep, int(k) - int(np.ceil(f * int(k) - 1e-9)))
     n_facts = sum(1 for x in keys if x >= 0)
     max_ep = max(max_ep, int(k) - n_facts)  # routing: episodes fill what facts cannot
     picked, n_ep = [], 0
