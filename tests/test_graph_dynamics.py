@@ -370,14 +370,19 @@ def test_prune_keeps_the_last_evidence_of_a_valid_fact():
 
 def test_prune_keeps_episodes_no_fact_was_drawn_from(tmp_path):
     # A said a fact, B said nothing the write model kept (chit-chat, or a memory of episodes only),
-    # C's fact was forgotten. At tick 60 all three are idle: A stays as evidence, B stays as the only
-    # record of what was said, C goes with its fact. Capacity still removes B; the ablation prunes it.
+    # C's fact was forgotten, D's fact decayed below prune_strength, E restated A's fact. At tick 60
+    # all five are idle: A stays as evidence, B stays as the only record of what was said, C goes
+    # with its forgotten fact, D stays although its fact went (it is now the record of what was
+    # said), E goes (A tells its fact). Capacity still removes B; the ablation prunes B and D.
     cfg = GraphConfig(engram=EngramConfig(gat=False, link_episodes=False))
     g = LiquidGraph(TableEmbedder({}, dim=64), config=cfg)
-    a, b, c = (g.add_episode(t, source=f"S{i}") for i, t in enumerate(["A", "B", "C"]))
-    g.engram([("alice", "owns", "kite")], episode=a)
+    a, b, c, d, e = (g.add_episode(t, source=f"S{i}") for i, t in enumerate(["A", "B", "C", "D", "E"]))
+    f1 = g.engram([("alice", "owns", "kite")], episode=a).new_edges[0]
     assert g.engram([], episode=b).new_edges == []
     g.forget(g.engram([("bob", "owns", "drum")], episode=c).new_edges)
+    f4 = g.engram([("carol", "owns", "harp")], episode=d).new_edges[0]
+    assert g.engram([("alice", "owns", "kite")], episode=e).reinforced_edges == [f1]
+    g.edges.strength[g._erows([f4])] = 0.01  # decayed: the next prune removes it
     g2 = g.with_config(replace(cfg, dynamics=DynamicsConfig(keep_unconsolidated=False)))
     g3 = g.with_config(replace(cfg, dynamics=DynamicsConfig(max_nodes=2)))
     path = tmp_path / "m"
@@ -389,13 +394,15 @@ def test_prune_keeps_episodes_no_fact_was_drawn_from(tmp_path):
         reps.append(x.maintain(steps=["prune"]).steps["prune"])
 
     def alive(x):
-        live = {e["id"] for e in x.episodes()}
-        return [ep in live for ep in (a, b, c)]
+        live = {ep["id"] for ep in x.episodes()}
+        return [ep in live for ep in (a, b, c, d, e)]
 
-    assert alive(g) == [True, True, False] and reps[0]["unconsolidated_kept"] == 1
-    assert alive(g4) == [True, True, False]  # the mark is saved with the episode
-    assert alive(g2) == [True, False, False]
-    assert alive(g3) == [True, False, False] and g3.stats()["n_nodes"] == 2
+    assert not g.edge(f4)["alive"] and g.edge(f1)["valid"]
+    assert alive(g) == [True, True, False, True, False]
+    assert reps[0]["unconsolidated_kept"] == 1 and reps[0]["outlived_kept"] == 1
+    assert alive(g4) == [True, True, False, True, False]  # both marks are saved with the episode
+    assert alive(g2) == [True, False, False, False, False]
+    assert alive(g3)[2:] == [False, False, False] and g3.stats()["n_nodes"] == 2
 
 
 def test_prune_capacity_keeps_the_last_evidence():

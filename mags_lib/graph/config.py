@@ -486,9 +486,11 @@ class DynamicsConfig:
     inactive_max_degree: int = 1  # ... and with at most this many edges are removed
     keep_evidence: bool = True  # never prune an episode that is the only live source of a valid fact, nor
     # (as inactive) an end of a valid fact: a fact goes by its own strength, then its nodes as isolated
-    keep_unconsolidated: bool = True  # never prune as inactive an episode no fact was ever drawn from: it is the
-    # only record of what was said (a memory of episodes, chit-chat the write model skipped); capacity
-    # (max_nodes) still applies; False: idle episodes go after inactive_ticks like any node (the ablation)
+    keep_unconsolidated: bool = True  # never prune as inactive an episode no valid fact stands for: none was
+    # drawn from it (a memory of episodes, chit-chat the write model skipped), or its facts all decayed or were
+    # superseded; it is the only record of what was said. It goes once a valid fact drawn from it has another
+    # live source, or a fact from it was forgotten on purpose; capacity (max_nodes) still applies; False: idle
+    # episodes go after inactive_ticks like any node (the ablation)
     isolated_grace: int = 1  # isolated nodes older than this many ticks are removed
     max_nodes: int | None = None  # capacity: nodes kept (least important non-permanent removed first)
     max_edges: int | None = None  # capacity: valid edges kept (weakest non-permanent removed first)

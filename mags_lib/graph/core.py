@@ -489,6 +489,13 @@ class LiquidGraph:
         if gone or dropped:
             ed.provenance_dropped[e] += gone + dropped
 
+    def _cited_by_valid_fact(self, i: int) -> bool:
+        """Whether a live, valid fact names episode row ``i`` in its provenance."""
+        ed = self.edges
+        name = self.node_id(i)
+        return any(e < ed.n and ed.alive[e] and ed.valid[e] and name in ed.episodes[e]
+                   for e in self._cites.get(int(self.nodes.uid[i]), ()))
+
     def _evidence_to_keep(self, cand: np.ndarray) -> np.ndarray:
         """The episodes among rows ``cand`` (about to be pruned together) that must stay so that every
         live, valid fact keeps a live episode in its provenance: for a fact whose other episodes are
@@ -836,10 +843,18 @@ class LiquidGraph:
 
         Unlike a superseded fact (invalidated, still listed by ``facts(include_invalid=True)``), a
         forgotten edge is gone from the live memory: parametric consolidation's ``prune`` mode, whose
-        adapter records what it took over (with the sources).
+        adapter records what it took over (with the sources). The episodes it was drawn from are marked
+        ``meta["forgotten"]``: pruning may then remove them once idle (a fact that decayed leaves its turn).
         """
         eids = self._live_edge_ids(edges, "forget")
-        n = self._kill_edges(self._erows(eids))
+        rows = self._erows(eids)
+        nd, ed = self.nodes, self.edges
+        for r in rows.tolist():  # its turns go with it (DynamicsConfig.keep_unconsolidated keeps them otherwise)
+            for x in ed.episodes[r]:
+                j = self._ep_row(x)
+                if j >= 0 and not nd.meta[j].get("forgotten"):
+                    nd.meta[j] = {**nd.meta[j], "forgotten": True}  # replaced, never mutated (snapshots share it)
+        n = self._kill_edges(rows)
         self._log({"op": "forget", "edges": [int(x) for x in eids]})
         return n
 

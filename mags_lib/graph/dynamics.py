@@ -46,10 +46,13 @@ Rules (``s`` = edge strength, every rate from :class:`~mags_lib.graph.config.Dyn
   important / weakest first). Permanent nodes and edges are never pruned. With ``keep_evidence``
   the ends of a valid fact are never pruned as inactive (the fact goes by its own strength, then its
   ends as isolated), and an episode is never pruned (inactive or over capacity) while it is the last
-  live episode in the provenance of a valid fact. With ``keep_unconsolidated`` an episode from which
-  no fact was ever drawn (a memory of episodes only, a turn the write model found nothing in) is never
-  pruned as inactive: it is the only record of what was said, and only the capacity limit removes it;
-  once facts were drawn from it, it goes with them.
+  live episode in the provenance of a valid fact. With ``keep_unconsolidated`` an episode that no
+  valid fact stands for is never pruned as inactive: one no fact was ever drawn from (a memory of
+  episodes only, a turn the write model found nothing in), and one whose facts all went by decay,
+  pruning or supersession (``outlived_kept``: a fact forgotten for want of use does not take what was
+  said with it). It is the only record of what was said, and only the capacity limit removes it. An
+  episode goes as inactive once a valid fact drawn from it has another live source (a restatement),
+  or once a fact drawn from it was removed on purpose (:meth:`LiquidGraph.forget` marks its sources).
 """
 
 from __future__ import annotations
@@ -541,12 +544,19 @@ def prune(g, cfg=None) -> dict:
         kept = g._evidence_to_keep(eps) if eps.size else eps
         inactive[kept] = False
         evidence = int(kept.size)
-    unconsolidated = 0
+    unconsolidated = outlived = 0
     if cfg.keep_unconsolidated:
-        eps = np.flatnonzero(inactive & (nd.kind == KIND_EPISODE))
-        raw = eps[[not nd.meta[i].get("consolidated") for i in eps.tolist()]] if eps.size else eps
-        inactive[raw] = False
-        unconsolidated = int(raw.size)
+        for i in np.flatnonzero(inactive & (nd.kind == KIND_EPISODE)).tolist():
+            meta = nd.meta[i]
+            if meta.get("forgotten"):
+                continue  # a fact drawn from it was forgotten on purpose: the turn goes with it
+            if not meta.get("consolidated"):
+                unconsolidated += 1
+            elif not g._cited_by_valid_fact(i):
+                outlived += 1  # every fact drawn from it decayed or was superseded: the turn is their record
+            else:
+                continue
+            inactive[i] = False
     isolated = free & (nd.kind == KIND_ENTITY) & (deg == 0) & ((g.tick - nd.created) >= cfg.isolated_grace)
     n_inactive = int(inactive.sum())
     n_isolated = int((isolated & ~inactive).sum())
@@ -571,6 +581,7 @@ def prune(g, cfg=None) -> dict:
             cap_edges = g._kill_edges(cand[order[:excess]])
     return {"weak_edges": n_weak, "salient_kept": n_kept, "inactive_nodes": n_inactive,
             "isolated_nodes": n_isolated, "evidence_kept": evidence, "unconsolidated_kept": unconsolidated,
+            "outlived_kept": outlived,
             "capacity_nodes": cap_nodes,
             "capacity_edges": cap_edges}
 
