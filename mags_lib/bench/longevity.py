@@ -85,7 +85,8 @@ def conversation(n_turns: int = 600, *, n_subjects: int = 40, seed: int = 0
     return out
 
 
-LEGACY_DYNAMICS = {"decay_rate": 0.05, "salience_protection": 0.0, "keep_salience": None, "keep_evidence": False}
+LEGACY_DYNAMICS = {"decay_rate": 0.05, "salience_protection": 0.0, "keep_salience": None, "keep_evidence": False,
+                   "keep_unconsolidated": False}
 """The dynamics defaults that differ from today's, as they were before the long-conversation review
 (issue 13): facts never recalled were pruned after about 45 ticks (360 turns at the agent's cadence)."""
 LEGACY_RECALL = {"branch_query_weight": 0.0}
