@@ -489,12 +489,18 @@ class LiquidGraph:
         if gone or dropped:
             ed.provenance_dropped[e] += gone + dropped
 
-    def _cited_by_valid_fact(self, i: int) -> bool:
-        """Whether a live, valid fact names episode row ``i`` in its provenance."""
+    def _valid_facts_citing(self, i: int) -> Iterator[int]:
+        """Rows of the live, valid facts whose provenance names episode row ``i`` (stale ``_cites``
+        entries skipped: the edge went, or its provenance no longer names ``i``)."""
         ed = self.edges
         name = self.node_id(i)
-        return any(e < ed.n and ed.alive[e] and ed.valid[e] and name in ed.episodes[e]
-                   for e in self._cites.get(int(self.nodes.uid[i]), ()))
+        for e in self._cites.get(int(self.nodes.uid[i]), ()):
+            if e < ed.n and ed.alive[e] and ed.valid[e] and name in ed.episodes[e]:
+                yield e
+
+    def _cited_by_valid_fact(self, i: int) -> bool:
+        """Whether a live, valid fact names episode row ``i`` in its provenance."""
+        return next(self._valid_facts_citing(i), None) is not None
 
     def _evidence_to_keep(self, cand: np.ndarray) -> np.ndarray:
         """The episodes among rows ``cand`` (about to be pruned together) that must stay so that every
@@ -506,12 +512,8 @@ class LiquidGraph:
         keep: set[int] = set()
         for i in sorted(cset):
             name = self.node_id(i)
-            for e in self._cites.get(int(nd.uid[i]), ()):
-                if e >= ed.n:
-                    continue
+            for e in self._valid_facts_citing(i):
                 prov = ed.episodes[e]
-                if not (ed.alive[e] and ed.valid[e] and name in prov):
-                    continue  # a stale entry: the edge went, or its provenance no longer names i
                 if any(j >= 0 and alive[j] and (j not in cset or j in keep)
                        for j in (self._ep_row(x) for x in prov if x != name)):
                     continue  # another episode stays to tell it
