@@ -11,8 +11,10 @@ on inputs whose gold is empty) or, for the answer role, :func:`mags_lib.metrics.
 Everything lands in ``out_dir``:
 
 * ``predictions_<set>_<mode>.jsonl`` -- the generations, one line per example (id, kind, input,
-  gold, output, tokens, seconds), written atomically; reused when the model, prompt, grammar and
-  rows are unchanged. Per-example scores are recomputed from them on every run (cheap);
+  gold, output, tokens, seconds) after a header (cache key, config, prompt, the decoding process's
+  pid), written atomically; reused when the model, prompt, grammar and rows are unchanged.
+  Per-example scores are recomputed from them on every run (cheap). With ``EvalConfig.n_jobs`` > 1
+  the (set, mode) jobs are decoded by that many processes, one llama.cpp thread each;
 * ``metrics.json`` and ``table.csv`` -- one row per (set, mode); ``by_kind.csv`` -- scores per kind.
 
 Command line (the "before" row of the default profile)::
@@ -59,6 +61,7 @@ class EvalConfig:
     batch_size: int = 8  # prompts per backend call (progress granularity)
     retrieval: bool = True  # ask sets with a context: also score the share of gold facts the queries recall
     stop_repeats: bool = True  # ask / write: decoding ends at the first repeated tag (False: as the model loops)
+    n_jobs: int = 1  # processes decoding the (set, mode) jobs at once, each its own backend on 1 thread (1: in this process)
 
     def __post_init__(self) -> None:
         unknown = set(self.modes) - set(MODES)
@@ -68,6 +71,8 @@ class EvalConfig:
             raise ValueError(f"prompt must be 'auto', 'base' or 'trained', got {self.prompt!r}")
         if (self.max_new_tokens is not None and self.max_new_tokens < 1) or self.n_per_set < 0 or self.batch_size < 1:
             raise ValueError("max_new_tokens None or >= 1, n_per_set >= 0 and batch_size >= 1 required")
+        if self.n_jobs < 1:
+            raise ValueError(f"n_jobs must be >= 1 (1: decode in this process), got {self.n_jobs}")
         self.modes = tuple(self.modes)
 
     def prompt_spec(self, role: str, model_path: str | None) -> PromptSpec:
@@ -137,7 +142,7 @@ def _load_cached(path: Path, key: str) -> list[dict] | None:
 
 
 def evaluate_sets(sets: dict[str, Sequence[dict]], out_dir: str | Path, config: EvalConfig | None = None,
-                  *, backend=None, progress: bool = True):
+                  *, backend=None, progress: bool = True, reuse: Sequence[str | Path] = ()):
     """Run the model on every set and mode, score, save, and return the table (a pandas DataFrame).
 
     Parameters
@@ -149,6 +154,10 @@ def evaluate_sets(sets: dict[str, Sequence[dict]], out_dir: str | Path, config: 
     config : EvalConfig, optional
     backend : Backend, optional
         An open backend to use (else one is loaded from ``config`` and closed at the end).
+    reuse : paths, optional
+        Folders of earlier evaluations (e.g. notebook 10's before row for notebook 20's base stage): a
+        predictions file there with the same cache key (same model file, prompt, decoding and rows) is
+        copied into ``out_dir`` instead of decoding again.
 
     Returns
     -------
@@ -183,11 +192,16 @@ def evaluate_sets(sets: dict[str, Sequence[dict]], out_dir: str | Path, config: 
         jobs = [(name, mode) for name, rows in picked.items() for mode in cfg.modes
                 if rows and not (mode == "grammar" and rows[0]["role"] == "answer")]
         bar = tqdm(total=sum(len(picked[n]) for n, _ in jobs), desc="evaluate", disable=not progress)
+        model_path = getattr(backend, "model_path", None) or cfg.model
+        reuse = tuple(Path(r) for r in reuse)
+        by_workers = (_decode_in_workers(picked, jobs, cfg, out, model_path, _model_id(backend), bar, reuse)
+                      if cfg.n_jobs > 1 and own else set())
         for name, mode in jobs:
             rows = picked[name]
             role = rows[0]["role"]
-            spec = cfg.prompt_spec(role, getattr(backend, "model_path", None) or cfg.model)
-            records = _generate(backend, rows, spec, mode, cfg, out, name, bar)
+            spec = cfg.prompt_spec(role, model_path)
+            records = _generate(backend, rows, spec, mode, cfg, out, name, None if (name, mode) in by_workers else bar,
+                                reuse)
             outputs = [x["output"] for x in records]
             if role == "answer":
                 rep = evaluate_answers(outputs, [list(r["aliases"]) for r in rows])
@@ -228,15 +242,56 @@ def evaluate_sets(sets: dict[str, Sequence[dict]], out_dir: str | Path, config: 
     return result
 
 
+def _decode_in_workers(picked: dict[str, list[dict]], jobs: list[tuple[str, str]], cfg: EvalConfig, out: Path,
+                       model_path: str | None, model_id: str, bar, reuse: tuple[Path, ...]) -> set[tuple[str, str]]:
+    """Decode the (set, mode) jobs whose predictions are not cached in ``cfg.n_jobs`` processes (joblib), each
+    with its own backend on one thread, largest job first; each writes its ``predictions_<set>_<mode>.jsonl``,
+    which the caller's pass then reads as cached, so scores and tables are made exactly as in one process.
+    A worker's model must be the one the caller loaded: its identity (path, size, mtime) is checked.
+    Returns the jobs the workers decoded (none when fewer than two were left to decode)."""
+    from joblib import Parallel, delayed
+
+    todo = []
+    for name, mode in jobs:
+        rows = picked[name]
+        key = _key(cfg, mode, rows, model_id, cfg.prompt_spec(rows[0]["role"], model_path))
+        if all(_load_cached(d / f"predictions_{name}_{mode}.jsonl", key) is None for d in (out, *reuse)):
+            todo.append((name, mode))
+    if len(todo) < 2:
+        return set()
+    todo.sort(key=lambda j: -len(picked[j[0]]))
+    par = Parallel(n_jobs=min(cfg.n_jobs, len(todo)), return_as="generator_unordered")
+    for n_rows in par(delayed(_decode_job)(cfg, name, mode, picked[name], out, model_id) for name, mode in todo):
+        bar.update(n_rows)
+    return set(todo)
+
+
+def _decode_job(cfg: EvalConfig, name: str, mode: str, rows: list[dict], out: Path, model_id: str) -> int:
+    """One worker's job: load the backend on one thread, decode ``rows`` in ``mode``, write the predictions."""
+    from .backends import load_backend
+
+    with load_backend(cfg.backend, model=cfg.model, n_threads=1) as backend:
+        if _model_id(backend) != model_id:
+            raise RuntimeError(f"the worker loaded {_model_id(backend)}, not the caller's {model_id}")
+        spec = cfg.prompt_spec(rows[0]["role"], getattr(backend, "model_path", None) or cfg.model)
+        _generate(backend, rows, spec, mode, cfg, out, name, None)
+    return len(rows)
+
+
 def _generate(backend, rows: list[dict], spec: PromptSpec, mode: str, cfg: EvalConfig, out: Path, name: str,
-              bar) -> list[dict]:
-    """The model's outputs for ``rows`` (cached in ``predictions_<name>_<mode>.jsonl``)."""
+              bar, reuse: Sequence[Path] = ()) -> list[dict]:
+    """The model's outputs for ``rows`` (cached in ``predictions_<name>_<mode>.jsonl``, or copied from the same
+    file of a ``reuse`` folder with the same cache key); ``bar`` may be None."""
     key = _key(cfg, mode, rows, _model_id(backend), spec)
     pred_path = out / f"predictions_{name}_{mode}.jsonl"
-    records = _load_cached(pred_path, key)
-    if records is not None:
-        bar.update(len(rows))
-        return records
+    for folder in (out, *reuse):
+        records = _load_cached(folder / pred_path.name, key)
+        if records is not None:
+            if folder != out:
+                atomic_write_text(pred_path, (folder / pred_path.name).read_text())
+            if bar is not None:
+                bar.update(len(rows))
+            return records
     records = []
     grammar = spec.grammar() if mode == "grammar" else None
     prompts = [spec.messages(r["input"], facts=r["memory"] if spec.role == "answer" else None) for r in rows]
@@ -249,9 +304,10 @@ def _generate(backend, rows: list[dict], spec: PromptSpec, mode: str, cfg: EvalC
             records.append({"id": r["id"], "kind": r["kind"], "input": r["input"], "gold": r["response"],
                             "output": g.text, "n_prompt_tokens": g.n_prompt_tokens, "n_new_tokens": g.n_new_tokens,
                             "seconds": g.seconds})
-        bar.update(len(chunk))
+        if bar is not None:
+            bar.update(len(chunk))
     lines = [json.dumps({"cache_key": key, "set": name, "mode": mode, "config": asdict(cfg),
-                         "prompt": spec.to_dict()}, default=str)]
+                         "prompt": spec.to_dict(), "pid": os.getpid()}, default=str)]
     lines += [json.dumps(x, ensure_ascii=False) for x in records]
     atomic_write_text(pred_path, "\n".join(lines) + "\n")
     return records
@@ -301,8 +357,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--model", default=None)
     ap.add_argument("--modes", default="free,grammar")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--jobs", type=int, default=1, help="processes decoding at once, one thread each")
     a = ap.parse_args(argv)
-    cfg = EvalConfig(backend=a.backend, model=a.model, modes=tuple(a.modes.split(",")), n_per_set=a.n, seed=a.seed)
+    cfg = EvalConfig(backend=a.backend, model=a.model, modes=tuple(a.modes.split(",")), n_per_set=a.n, seed=a.seed,
+                     n_jobs=a.jobs)
     out = repro.run_dir(a.run_tag, a.stage) / "before"
     t0 = time.time()
     df = evaluate_sets(before_sets(a.profile), out, cfg)

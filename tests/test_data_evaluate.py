@@ -199,3 +199,95 @@ def test_sample_rows_is_deterministic_and_ordered():
     a = sample_rows(rows, 10, seed=4)
     assert a == sample_rows(rows, 10, seed=4) and [r["i"] for r in a] == sorted(r["i"] for r in a)
     assert sample_rows(rows, 0) == rows and sample_rows(rows, 99) == rows
+
+
+def _prediction_files(folder):
+    """{file name: (header pid, outputs)} of the predictions an evaluation wrote."""
+    out = {}
+    for path in sorted(folder.glob("predictions_*.jsonl")):
+        head, *rows = [json.loads(line) for line in path.read_text().splitlines()]
+        out[path.name] = (head["pid"], [r["output"] for r in rows])
+    return out
+
+
+@pytest.mark.slow
+def test_worker_processes_decode_what_one_process_decodes(tmp_path):
+    """n_jobs=2 on the embedded model: the four (set, mode) jobs are decoded by other processes (their pid in
+    the files' headers), to the same outputs and the same table as one process; a second call reads them back."""
+    import dataclasses
+    import os
+
+    sets = {"gen_ask": _rows("ask", 3), "gen_write": _rows("write", 3)}
+    cfg = EvalConfig(n_per_set=0, embedder="hash", max_new_tokens=12, prompt="base")
+    one = evaluate_sets(sets, tmp_path / "one", cfg, progress=False)
+    two = evaluate_sets(sets, tmp_path / "two", dataclasses.replace(cfg, n_jobs=2), progress=False)
+    files_one, files_two = _prediction_files(tmp_path / "one"), _prediction_files(tmp_path / "two")
+    assert len(files_two) == 4 and files_two.keys() == files_one.keys()
+    assert {pid for pid, _ in files_one.values()} == {os.getpid()}
+    assert os.getpid() not in {pid for pid, _ in files_two.values()}
+    assert {k: v[1] for k, v in files_two.items()} == {k: v[1] for k, v in files_one.items()}
+    timing = ["seconds", "tokens_per_s"]
+    pd.testing.assert_frame_equal(one.drop(columns=timing), two.drop(columns=timing))
+    again = evaluate_sets(sets, tmp_path / "two", dataclasses.replace(cfg, n_jobs=2), progress=False)
+    assert _prediction_files(tmp_path / "two") == files_two  # cached: nothing decoded again
+    pd.testing.assert_frame_equal(again, two)
+
+
+def test_n_jobs_below_one_is_refused():
+    with pytest.raises(ValueError, match="n_jobs"):
+        EvalConfig(n_jobs=0)
+
+
+def test_reuse_copies_predictions_only_under_the_same_cache_key(tmp_path):
+    """notebook 20's base stage reuses notebook 10's before row: the same key (model, prompt, decoding, rows) is
+    copied without decoding; another token budget, or other rows, decode again."""
+    sets = {"gen_write": _rows("write", 4)}
+    gold = {r["input"]: r["response"] for r in sets["gen_write"]}
+    cfg = EvalConfig(n_per_set=0, embedder="hash", modes=("free",))
+    first = EchoBackend(gold)
+    before = evaluate_sets(sets, tmp_path / "before", cfg, backend=first, progress=False)
+    assert first.calls  # decoded once
+    reader = EchoBackend(gold)
+    base = evaluate_sets(sets, tmp_path / "base", cfg, backend=reader, progress=False, reuse=[tmp_path / "before"])
+    assert reader.calls == []  # nothing decoded
+    assert (tmp_path / "base" / "predictions_gen_write_free.jsonl").read_text() == \
+        (tmp_path / "before" / "predictions_gen_write_free.jsonl").read_text()
+    cols = ["adherence", "op_f1", "exact_f1"]
+    pd.testing.assert_frame_equal(base[cols], before[cols])
+    other = EchoBackend(gold)  # another token budget: another key
+    evaluate_sets(sets, tmp_path / "capped", EvalConfig(n_per_set=0, embedder="hash", modes=("free",),
+                                                        max_new_tokens=5), backend=other, progress=False,
+                  reuse=[tmp_path / "before"])
+    assert other.calls
+    fewer = EchoBackend(gold)  # other rows: another key
+    evaluate_sets({"gen_write": sets["gen_write"][:3]}, tmp_path / "fewer", cfg, backend=fewer, progress=False,
+                  reuse=[tmp_path / "before"])
+    assert fewer.calls
+
+
+@pytest.mark.slow
+def test_evaluate_run_decodes_in_processes_and_reuses_the_before_row(tmp_path):
+    """training.report.evaluate_run, base stage, on the embedded model: threads=2 decodes in two worker processes
+    (the files' pids) what threads=1 decodes in this one; with ``base_from`` the same predictions are copied
+    (the worker's pid survives in the copy), not decoded again."""
+    import os
+
+    from mags_lib.data import GenerationConfig, build_all
+    from mags_lib.training.report import evaluate_run
+
+    cfg = GenerationConfig(n_train=6, n_validation=3, n_test=3, worlds_train=2, worlds_validation=1, worlds_test=1)
+    build_all("smoke", seed_path=tmp_path / "no-seed", config=cfg, root=tmp_path, progress=False)
+    kw = {"n": 2, "stages": ("base",), "embedder": "hash", "max_new_tokens": 8, "data_root": tmp_path,
+          "models_root": tmp_path / "models", "progress": False, "note": lambda _: None}
+    one = evaluate_run("write", "t", "smoke", tmp_path / "one", threads=1, **kw)
+    two = evaluate_run("write", "t", "smoke", tmp_path / "two", threads=2, **kw)
+    files_one, files_two = _prediction_files(tmp_path / "one" / "base"), _prediction_files(tmp_path / "two" / "base")
+    assert sorted(files_two) == ["predictions_gen_write_smoke_free.jsonl", "predictions_gen_write_smoke_grammar.jsonl"]
+    assert {p for p, _ in files_one.values()} == {os.getpid()} and os.getpid() not in {p for p, _ in files_two.values()}
+    assert {k: v[1] for k, v in files_two.items()} == {k: v[1] for k, v in files_one.items()}
+    timing = ["seconds", "tokens_per_s"]
+    pd.testing.assert_frame_equal(one.drop(columns=timing), two.drop(columns=timing))
+    copied = evaluate_run("write", "t", "smoke", tmp_path / "three", threads=1, base_from=tmp_path / "two" / "base",
+                          **kw)
+    assert _prediction_files(tmp_path / "three" / "base") == files_two
+    pd.testing.assert_frame_equal(copied, two)

@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import csv
+import dataclasses
 import json
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -107,7 +108,7 @@ def evaluate_run(role: str, run_tag: str, profile: str, out_dir: str | Path, *, 
                  stages: Sequence[str] = ("base", "sft", "grpo"), embedder: str = "minilm",
                  threads: int | None = None, max_new_tokens: int | None = None,
                  models_root: str | Path | None = None, data_root: str | Path | None = None,
-                 progress: bool = True, note: Callable[[str], None] = print):
+                 base_from: str | Path | None = None, progress: bool = True, note: Callable[[str], None] = print):
     """Held-out (test split) scores of each stage of a run; a DataFrame with ``stage`` and ``engine``.
 
     ``base`` is the untrained SmolLM2 with the role's base prompt on llama.cpp (free, and grammar for
@@ -115,7 +116,13 @@ def evaluate_run(role: str, run_tag: str, profile: str, out_dir: str | Path, *, 
     on llama.cpp as a GGUF LoRA over the same embedded base (free and grammar) when this checkout has
     the export module's writer, else on transformers (free decoding only, and the printed line says
     so). Greedy decoding everywhere, at most ``max_new_tokens`` per example when given (else the prompt
-    spec's); predictions are cached per stage under ``out_dir/<stage>/``.
+    spec's); predictions are cached per stage under ``out_dir/<stage>/``. With ``threads`` > 1 the
+    llama.cpp stages decode in ``threads`` processes of one thread each (``EvalConfig.n_jobs``): on the
+    2-core machine one process of two threads decoded the 135M model no faster than one thread (81 s
+    against 77 s for the same 100 ask rows, 2026-12-05), two processes twice as fast. ``base_from``: an earlier
+    evaluation of the untrained model (notebook 10's before row) whose predictions the ``base`` stage
+    copies where their cache key matches (the same model file, prompt, decoding and rows) instead of
+    decoding them again.
     """
     import pandas as pd
 
@@ -144,9 +151,14 @@ def evaluate_run(role: str, run_tag: str, profile: str, out_dir: str | Path, *, 
                 fallback = True
                 engine, model = "transformers", str(adapter)
                 cfg = EvalConfig(backend="transformers", modes=("free",), prompt="auto", **common)
-        extra = {"batch_size": 8} if engine == "transformers" else {}
-        with load_backend(engine, model, **kw, **extra) as b:
-            df = evaluate_sets(sets, Path(out_dir) / stage, cfg, backend=b, progress=progress)
+        reuse = [base_from] if stage == "base" and base_from else ()
+        if engine == "llamacpp" and threads and threads > 1:  # `threads` processes of one llama.cpp thread each
+            cfg = dataclasses.replace(cfg, model=model, n_jobs=threads)
+            df = evaluate_sets(sets, Path(out_dir) / stage, cfg, progress=progress, reuse=reuse)
+        else:
+            extra = {"batch_size": 8} if engine == "transformers" else {}
+            with load_backend(engine, model, **kw, **extra) as b:
+                df = evaluate_sets(sets, Path(out_dir) / stage, cfg, backend=b, progress=progress, reuse=reuse)
         df.insert(0, "engine", engine)
         df.insert(0, "stage", stage)
         tables.append(df)
