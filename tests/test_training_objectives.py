@@ -228,3 +228,31 @@ def test_findings_say_when_a_30_percent_cut_cannot_keep_op_f1(ops, reach):
     lines = findings(t)
     assert any(line.startswith("bound:") and line.endswith(reach) for line in lines), lines
     assert "[-0.030, +0.010]" in lines[0] and lines[0].endswith("missed")  # -5 % of operations only
+
+
+@pytest.mark.slow
+def test_heldout_outcome_in_two_processes_scores_as_one(tmp_path):
+    """n_jobs=2, the embedded model as the writer (its few-shot base prompt) and as the reader (llama.cpp):
+    the 8 smoke scenarios are generated and scored in two worker processes (the caller's backend is never
+    asked) to the same outputs and scores as in one process."""
+    from mags_lib.backends import load_backend
+    from mags_lib.training.objectives import heldout_outcome
+
+    class Refusing:  # the caller's backend as the workers see it: its name and model file, never its generate
+        name = "llamacpp"
+
+        def __init__(self, real):
+            self.model_path, self.base_model_path = real.model_path, real.base_model_path
+
+        def generate(self, *a, **k):
+            raise AssertionError("with n_jobs=2 the workers generate, not the caller's backend")
+
+    prompt = dataclasses.replace(ROLE_SPECS["write"].base, max_new_tokens=48)
+    kw = {"profile": "smoke", "n": 8, "reader": "llamacpp", "embedder": "hash"}
+    with load_backend("llamacpp", n_threads=1) as real:
+        one = heldout_outcome("write", real, prompt, out=tmp_path / "one", **kw)
+        two = heldout_outcome("write", Refusing(real), prompt, out=tmp_path / "two", n_jobs=2, **kw)
+    assert max(one["per_row"]) > 0  # not all zero: the scores, not only the outputs, must land in their places
+    assert two["per_row"] == one["per_row"] and two["cached"] is False and two["n"] == 8
+    lines = [(tmp_path / d / "heldout_outcome.jsonl").read_text().splitlines() for d in ("one", "two")]
+    assert lines[0][1:] == lines[1][1:] and len(lines[0]) == 9  # header + one line per scenario, same outputs

@@ -135,7 +135,7 @@ def _outcome_records(path: Path) -> list[dict]:
 
 def heldout_outcome(role: str, backend, prompt, *, profile: str = "default", seed: int = 0, n: int = 100,
                     reader="llamacpp", reader_threads: int = 1, embedder="minilm", out: str | Path | None = None,
-                    progress: bool = False) -> dict:
+                    n_jobs: int = 1, progress: bool = False) -> dict:
     """The share of held-out mini-scenario questions the frozen ``reader`` answers from the memory built
     (write) or recalled (ask) with the outputs of ``backend`` (greedy, the role's trained ``prompt``).
 
@@ -143,7 +143,10 @@ def heldout_outcome(role: str, backend, prompt, *, profile: str = "default", see
     heldout_worlds`), ``n`` of them; scored by the reward functions themselves. Returns ``{"n",
     "outcome", "per_row", "cached"}``. With ``out``, the outputs are written to ``out/heldout_outcome.jsonl``
     behind a cache header (the model file, prompt, reader and scenarios): a second call with the same
-    inputs reads them back instead of generating and scoring again.
+    inputs reads them back instead of generating and scoring again. With ``n_jobs`` > 1 (a llama.cpp
+    ``backend`` and the ``"llamacpp"`` reader) the scenarios are split over that many processes (joblib),
+    each loading the backend's model file and the reader again on one thread: every scenario is generated
+    and scored on its own, greedily, so the outputs and scores are those of one process.
     """
     from ..data import outcome
     from ..repro import atomic_write_text
@@ -166,14 +169,25 @@ def heldout_outcome(role: str, backend, prompt, *, profile: str = "default", see
             if [r["id"] for r in recs] == [r["id"] for r in rows]:
                 scores = [float(r["score"]) for r in recs]
                 return {"n": len(rows), "outcome": sum(scores) / len(scores), "per_row": scores, "cached": True}
-    msgs = [prompt.messages(r["input"]) for r in rows]
-    texts = []
-    for start in range(0, len(msgs), 8):
-        gens = backend.generate(msgs[start:start + 8], max_new_tokens=prompt.max_new_tokens, temperature=0.0,
-                                stop=list(prompt.stop) or None, seed=seed, stop_repeats=prompt.stop_repeats)
-        texts += [g.text for g in gens]
-    reward = get_reward(f"outcome_{role}", reader=reader, n_threads=reader_threads, embedder=embedder, seed=seed)
-    scores = reward(texts, scenario=[r["scenario"] for r in rows])
+    if n_jobs > 1 and getattr(backend, "name", None) == "llamacpp" and isinstance(reader, str) and len(rows) > 1:
+        from joblib import Parallel, delayed
+
+        from ..evaluate import _model_id
+
+        spec = {"model": backend.model_path, "base_model": getattr(backend, "base_model_path", None),
+                "model_id": _model_id(backend)}
+        parts = [list(range(i, len(rows), n_jobs)) for i in range(min(n_jobs, len(rows)))]
+        done = Parallel(n_jobs=len(parts))(
+            delayed(_outcome_part)(role, spec, prompt, [rows[i] for i in part], seed=seed, reader=reader,
+                                   embedder=embedder) for part in parts)
+        texts, scores = [""] * len(rows), [0.0] * len(rows)
+        for part, (part_texts, part_scores) in zip(parts, done):
+            for i, t, sc in zip(part, part_texts, part_scores):
+                texts[i], scores[i] = t, sc
+    else:
+        texts = _outcome_texts(backend, prompt, rows, seed)
+        reward = get_reward(f"outcome_{role}", reader=reader, n_threads=reader_threads, embedder=embedder, seed=seed)
+        scores = reward(texts, scenario=[r["scenario"] for r in rows])
     if path is not None:
         path.parent.mkdir(parents=True, exist_ok=True)
         head = json.dumps({"cache_key": key, "role": role, "n": len(rows), "profile": profile, "seed": seed,
@@ -182,6 +196,33 @@ def heldout_outcome(role: str, backend, prompt, *, profile: str = "default", see
             json.dumps({"id": r["id"], "input": r["input"], "output": t, "score": s}, ensure_ascii=False) + "\n"
             for r, t, s in zip(rows, texts, scores)))
     return {"n": len(rows), "outcome": sum(scores) / len(scores), "per_row": scores, "cached": False}
+
+
+def _outcome_texts(backend, prompt, rows: Sequence[dict], seed: int) -> list[str]:
+    """The role's greedy outputs for the mini-scenarios' inputs, 8 prompts a call."""
+    msgs = [prompt.messages(r["input"]) for r in rows]
+    texts = []
+    for start in range(0, len(msgs), 8):
+        gens = backend.generate(msgs[start:start + 8], max_new_tokens=prompt.max_new_tokens, temperature=0.0,
+                                stop=list(prompt.stop) or None, seed=seed, stop_repeats=prompt.stop_repeats)
+        texts += [g.text for g in gens]
+    return texts
+
+
+def _outcome_part(role: str, spec: dict, prompt, rows: list[dict], *, seed: int, reader: str,
+                  embedder) -> tuple[list[str], list[float]]:
+    """One worker of :func:`heldout_outcome`: the model file loaded again on one thread (its identity
+    checked against the caller's), its outputs for ``rows``, and their outcome scores."""
+    from ..backends import load_backend
+    from ..evaluate import _model_id
+    from ..rewards import get_reward
+
+    with load_backend("llamacpp", spec["model"], base_model=spec["base_model"], n_threads=1) as backend:
+        if _model_id(backend) != spec["model_id"]:
+            raise RuntimeError(f"the worker loaded {_model_id(backend)}, not the caller's {spec['model_id']}")
+        texts = _outcome_texts(backend, prompt, rows, seed)
+    reward = get_reward(f"outcome_{role}", reader=reader, n_threads=1, embedder=embedder, seed=seed)
+    return texts, reward(texts, scenario=[r["scenario"] for r in rows])
 
 
 def evaluate_variant(role: str, tag: str, profile: str, out_dir: str | Path, *, n: int, seed: int = 0,
@@ -210,9 +251,9 @@ def evaluate_variant(role: str, tag: str, profile: str, out_dir: str | Path, *, 
     lora = _lora_gguf(adapter, out / "eval" / "grpo", note)
     kw = {"n_threads": threads} if threads else {}
     engine, model = ("llamacpp", str(lora)) if lora is not None else ("transformers", str(adapter))
-    with load_backend(engine, model, **kw) as b:
+    with load_backend(engine, model, **kw) as b:  # with threads > 1, llama.cpp: that many processes of one thread
         oc = heldout_outcome(role, b, prompt, profile=profile, seed=seed, n=n_outcome, reader_threads=reader_threads,
-                             out=out, progress=progress)
+                             out=out, n_jobs=threads or 1, progress=progress)
     return {"scores": scores.to_dict(orient="records"), "ops": ops,
             "outcome": {k: v for k, v in oc.items() if k != "per_row"}, "engine": engine}
 
