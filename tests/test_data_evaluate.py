@@ -266,11 +266,14 @@ def test_reuse_copies_predictions_only_under_the_same_cache_key(tmp_path):
 
 
 @pytest.mark.slow
-def test_evaluate_run_decodes_in_processes_and_reuses_the_before_row(tmp_path):
+def test_evaluate_run_decodes_in_processes_and_reuses_the_before_row(tmp_path, monkeypatch):
     """training.report.evaluate_run, base stage, on the embedded model: threads=2 decodes in two worker processes
-    (the files' pids) what threads=1 decodes in this one; with ``base_from`` the same predictions are copied
-    (the worker's pid survives in the copy), not decoded again."""
+    (the files' pids) what threads=1 decodes in this one; threads=None (the default profile's "every usable core")
+    is as many processes as usable cores; with ``base_from`` the same predictions are copied (the worker's pid
+    survives in the copy), not decoded again."""
     import os
+
+    import mags_lib.backends.llamacpp_backend as lcb
 
     from mags_lib.data import GenerationConfig, build_all
     from mags_lib.training.report import evaluate_run
@@ -287,6 +290,11 @@ def test_evaluate_run_decodes_in_processes_and_reuses_the_before_row(tmp_path):
     assert {k: v[1] for k, v in files_two.items()} == {k: v[1] for k, v in files_one.items()}
     timing = ["seconds", "tokens_per_s"]
     pd.testing.assert_frame_equal(one.drop(columns=timing), two.drop(columns=timing))
+    monkeypatch.setattr(lcb, "usable_cores", lambda: 2)
+    evaluate_run("write", "t", "smoke", tmp_path / "cores", threads=None, **kw)
+    files_cores = _prediction_files(tmp_path / "cores" / "base")
+    assert os.getpid() not in {p for p, _ in files_cores.values()}
+    assert {k: v[1] for k, v in files_cores.items()} == {k: v[1] for k, v in files_one.items()}
     copied = evaluate_run("write", "t", "smoke", tmp_path / "three", threads=1, base_from=tmp_path / "two" / "base",
                           **kw)
     assert _prediction_files(tmp_path / "three" / "base") == files_two

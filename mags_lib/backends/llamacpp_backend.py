@@ -267,11 +267,15 @@ def default_threads() -> int:
     env = os.environ.get("MAGS_THREADS")
     if env:
         return max(1, int(env))
+    return max(1, usable_cores() - 1)
+
+
+def usable_cores() -> int:
+    """The CPUs this process may run on (its affinity mask; ``os.cpu_count()`` where there is none)."""
     try:
-        n = len(os.sched_getaffinity(0))
+        return len(os.sched_getaffinity(0))
     except AttributeError:  # pragma: no cover - non-Linux
-        n = os.cpu_count() or 1
-    return max(1, n - 1)
+        return os.cpu_count() or 1
 
 
 class _SharedModel:

@@ -233,6 +233,7 @@ def evaluate_variant(role: str, tag: str, profile: str, out_dir: str | Path, *, 
     grammar decoding), operations per input, and the held-out outcome. Returns ``{"scores": DataFrame
     records, "ops": {set: ops_per_input}, "outcome": heldout_outcome minus per_row}``."""
     from ..backends import load_backend
+    from ..backends.llamacpp_backend import usable_cores
     from ..roles import prompt_for_model
     from .layout import run_dir
     from .report import _lora_gguf, evaluate_run
@@ -253,7 +254,7 @@ def evaluate_variant(role: str, tag: str, profile: str, out_dir: str | Path, *, 
     engine, model = ("llamacpp", str(lora)) if lora is not None else ("transformers", str(adapter))
     with load_backend(engine, model, **kw) as b:  # with threads > 1, llama.cpp: that many processes of one thread
         oc = heldout_outcome(role, b, prompt, profile=profile, seed=seed, n=n_outcome, reader_threads=reader_threads,
-                             out=out, n_jobs=threads or 1, progress=progress)
+                             out=out, n_jobs=threads or usable_cores(), progress=progress)
     return {"scores": scores.to_dict(orient="records"), "ops": ops,
             "outcome": {k: v for k, v in oc.items() if k != "per_row"}, "engine": engine}
 

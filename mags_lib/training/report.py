@@ -116,10 +116,10 @@ def evaluate_run(role: str, run_tag: str, profile: str, out_dir: str | Path, *, 
     on llama.cpp as a GGUF LoRA over the same embedded base (free and grammar) when this checkout has
     the export module's writer, else on transformers (free decoding only, and the printed line says
     so). Greedy decoding everywhere, at most ``max_new_tokens`` per example when given (else the prompt
-    spec's); predictions are cached per stage under ``out_dir/<stage>/``. With ``threads`` > 1 the
-    llama.cpp stages decode in ``threads`` processes of one thread each (``EvalConfig.n_jobs``): on the
-    2-core machine one process of two threads decoded the 135M model no faster than one thread (81 s
-    against 77 s for the same 100 ask rows, 2026-12-05), two processes twice as fast. ``base_from``: an earlier
+    spec's); predictions are cached per stage under ``out_dir/<stage>/``. The llama.cpp stages decode in
+    ``threads`` processes (``None``: every usable core, as training counts them) of one llama.cpp thread
+    each (``EvalConfig.n_jobs``; llama.cpp's own default is one thread less than the cores, so one thread
+    here, where one process decoded the held-out sets before). ``base_from``: an earlier
     evaluation of the untrained model (notebook 10's before row) whose predictions the ``base`` stage
     copies where their cache key matches (the same model file, prompt, decoding and rows) instead of
     decoding them again.
@@ -127,12 +127,14 @@ def evaluate_run(role: str, run_tag: str, profile: str, out_dir: str | Path, *, 
     import pandas as pd
 
     from ..backends import load_backend
+    from ..backends.llamacpp_backend import usable_cores
     from ..evaluate import EvalConfig, before_sets, evaluate_sets
 
     sets = before_sets(profile, root=data_root, roles=(role,), note=note)
     folder = run_dir(role, run_tag, models_root)
     modes = ("free",) if role == "answer" else ("free", "grammar")
     kw = {"n_threads": threads} if threads else {}
+    processes = threads or usable_cores()  # threads None: every usable core, as in training
     tables, fallback = [], False
     for stage in stages:
         common = dict(n_per_set=n, embedder=embedder, seed=seed, max_new_tokens=max_new_tokens)
@@ -152,8 +154,8 @@ def evaluate_run(role: str, run_tag: str, profile: str, out_dir: str | Path, *, 
                 engine, model = "transformers", str(adapter)
                 cfg = EvalConfig(backend="transformers", modes=("free",), prompt="auto", **common)
         reuse = [base_from] if stage == "base" and base_from else ()
-        if engine == "llamacpp" and threads and threads > 1:  # `threads` processes of one llama.cpp thread each
-            cfg = dataclasses.replace(cfg, model=model, n_jobs=threads)
+        if engine == "llamacpp" and processes > 1:  # that many processes of one llama.cpp thread each
+            cfg = dataclasses.replace(cfg, model=model, n_jobs=processes)
             df = evaluate_sets(sets, Path(out_dir) / stage, cfg, progress=progress, reuse=reuse)
         else:
             extra = {"batch_size": 8} if engine == "transformers" else {}
