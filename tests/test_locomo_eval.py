@@ -436,3 +436,46 @@ def test_every_recall_variant_is_a_valid_recall_config_that_differs_from_the_def
         cfg = dataclasses.replace(base, **over)  # an unknown field: TypeError; a bad value: ValueError
         assert cfg != base, f"variant {name!r} is the default recall"
     assert dataclasses.replace(base, **E.RECALL_VARIANTS["reserve"]).min_fact_share == 0
+
+
+@pytest.mark.slow
+def test_units_in_worker_processes_equal_one_process(tmp_path, monkeypatch):
+    """n_jobs=2 over three conversations: the workers compute the second and third (this process evaluates only
+    the first: it keeps that memory for drawing), the write model runs on the shortest conversation only (the
+    second here, so a worker must know it), and every row equals a one-process run's."""
+    conv = {"speaker_a": "Jon", "speaker_b": "Gina",
+            "session_1_date_time": "4:04 pm on 20 January, 2023", "session_2_date_time": "2:32 pm on 29 January, 2023"}
+    for s in (1, 2):
+        conv[f"session_{s}"] = [{"speaker": sp, "dia_id": d, "text": t} for d, sp, t in TURNS if d.startswith(f"D{s}:")]
+    short = {**conv, "session_2": conv["session_2"][:1]}
+    p = tmp_path / "three.json"
+    p.write_text(json.dumps([{"sample_id": "conv-a", "conversation": conv, "qa": QA},
+                             {"sample_id": "conv-b", "conversation": short, "qa": QA[:2]},
+                             {"sample_id": "conv-c", "conversation": conv, "qa": QA[2:]}]))
+    data = L.load_locomo(p)
+    cfg = _cfg(hybrid=False, mags_writes=("episodes", "model"), model_conversations=1)
+    one = E.run_benchmark(data, cfg, out_dir=tmp_path / "one", token_counter=len, progress=False)
+    seen = []
+    orig = E.evaluate_retriever
+
+    def counting(retriever, questions, *a, **kw):
+        seen.append(len(questions))
+        return orig(retriever, questions, *a, **kw)
+
+    monkeypatch.setattr(E, "evaluate_retriever", counting)
+    two = E.run_benchmark(data, cfg, out_dir=tmp_path / "two", token_counter=len, progress=False, n_jobs=2)
+    assert seen and set(seen) == {len(QA)}  # only conv-a's retrievers ran in this process
+    model_rows = {r["sample_id"] for r in two.recall_rows if r["retriever"] == "mags (write model)"}
+    assert model_rows == {"conv-b"}
+    units = sorted(f.name.rsplit("-", 1)[0] for f in (tmp_path / "two" / "units").iterdir())
+    assert units == sorted(f.name.rsplit("-", 1)[0] for f in (tmp_path / "one" / "units").iterdir())
+    assert [u for u in units if u.endswith("-mags-model")] == ["conv-b-mags-model"]  # no worker wrote more
+    timing = ("latency_s", "recall_s_embedding_given")
+
+    def strip(rows):
+        return [{k: v for k, v in r.items() if k not in timing} for r in rows]
+
+    assert strip(two.recall_rows) == strip(json.loads(json.dumps(one.recall_rows)))
+    assert list(two.memories) == ["conv-a/episodes"]
+    with pytest.raises(ValueError, match="n_jobs"):
+        E.run_benchmark(data, cfg, n_jobs=0)

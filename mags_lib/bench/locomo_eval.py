@@ -670,7 +670,7 @@ class _UnitCache:
 
 def run_benchmark(data: LoCoMo, config: LoCoMoBenchConfig, *, out_dir: str | Path | None = None,
                   token_counter: Callable[[str], int] | None = None, mags_factory: Callable[..., Any] | None = None,
-                  progress: bool = True, keep_memories: int = 1) -> BenchResult:
+                  progress: bool = True, keep_memories: int = 1, n_jobs: int = 1) -> BenchResult:
     """Run the benchmark described by ``config`` on ``data`` (see the module docstring).
 
     Parameters
@@ -686,6 +686,13 @@ def run_benchmark(data: LoCoMo, config: LoCoMoBenchConfig, *, out_dir: str | Pat
         ``(**MAGSConfig fields) -> MAGS``; default ``MAGS.default`` sharing one set of loaded backends.
     keep_memories : int
         How many MAGS memories to keep in ``BenchResult.memories`` (for drawing); the rest are closed.
+    n_jobs : int
+        With ``out_dir`` and more than one conversation: the units of every conversation but the first
+        are computed first by this many processes (joblib; llama.cpp on one thread each), each running
+        this function on one conversation into the same unit cache; then this process computes the first
+        conversation (whose memory it keeps for drawing) and reads the others' units back. The results
+        are the units of one process; the latencies of those conversations are measured beside another
+        process on the other core.
     """
     from ..agent import MAGS
     from ..models import ModelNotFoundError
@@ -697,8 +704,22 @@ def run_benchmark(data: LoCoMo, config: LoCoMoBenchConfig, *, out_dir: str | Pat
     if missing:
         raise ValueError(f"unknown conversations {sorted(missing)}; the file has "
                          f"{[c.sample_id for c in data.conversations]}")
+    if n_jobs < 1:
+        raise ValueError(f"n_jobs must be >= 1, got {n_jobs}")
     skipped: list[str] = []
     cache = _UnitCache(Path(out_dir) / "units" if out_dir is not None else None)
+    if n_jobs > 1 and out_dir is not None and len(convs) > 2 and mags_factory is None:
+        from joblib import Parallel, delayed
+
+        shortest = sorted(convs, key=lambda c: (c.n_turns, c.sample_id))[: cfg.model_conversations]
+        rest = convs[1:]
+        if progress:
+            print(f"units of {len(rest)} conversations in {n_jobs} processes, then {convs[0].sample_id} here",
+                  flush=True)
+        Parallel(n_jobs=min(n_jobs, len(rest)))(
+            delayed(_units_of)(data, dataclasses.replace(
+                cfg, conversations=(c.sample_id,), n_threads=1,
+                model_conversations=int(c in shortest)), out_dir, token_counter) for c in rest)
 
     shared: dict[str, Any] = {}
 
@@ -875,6 +896,14 @@ def run_benchmark(data: LoCoMo, config: LoCoMoBenchConfig, *, out_dir: str | Pat
                        embedders=emb_info, memories=memories)
 
 
+def _units_of(data: LoCoMo, config: LoCoMoBenchConfig, out_dir: str | Path,
+              token_counter: Callable[[str], int] | None) -> None:
+    """One worker of :func:`run_benchmark`'s ``n_jobs``: compute (and cache) the units of ``config``'s one
+    conversation. ``model_conversations`` is 1 exactly when the whole run gives this conversation the write
+    model (the unit keys do not depend on it)."""
+    run_benchmark(data, config, out_dir=out_dir, token_counter=token_counter, progress=False, keep_memories=0)
+
+
 # ------------------------------------------------------------------------------------------------
 def main(argv: Sequence[str] | None = None) -> int:
     from ..repro import atomic_write_text, run_dir
@@ -916,6 +945,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                    help="comma-separated reader memories to compare (default: none,rag,full_context,graph)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=int, default=0)
+    p.add_argument("--jobs", type=int, default=1,
+                   help="processes computing the conversations' units at once (one llama.cpp thread each)")
     a = p.parse_args(argv)
     try:
         data = load_locomo(a.data)
@@ -948,7 +979,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     cfg = LoCoMoBenchConfig.for_profile(a.profile, **over)
     out = Path(a.out) if a.out else run_dir(a.run_tag or a.profile, "70_locomo_benchmark")
     t0 = time.perf_counter()
-    res = run_benchmark(data, cfg, out_dir=out, token_counter=(lambda s: len(s.split())) if a.tokens == "words" else None)
+    res = run_benchmark(data, cfg, out_dir=out, token_counter=(lambda s: len(s.split())) if a.tokens == "words" else None,
+                        n_jobs=a.jobs)
     atomic_write_text(out / "metrics.json", json.dumps(res.metrics(), indent=1, default=str) + "\n")
     for d in res.recall_summary():
         given = d.get("recall_p95_ms_embedding_given")
