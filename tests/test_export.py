@@ -365,3 +365,33 @@ def test_mags_runs_on_the_exported_files(work):
         assert ask.lora_path == str(work.file("lora")) and ask.active_adapter == "default"
         assert answer.active_adapter is None and ask.model_handle == answer.model_handle
         assert o.extraction.text is not None and isinstance(a.answer, str)
+
+
+def test_parity_of_roles_in_processes_equals_one_process(work, tmp_path):
+    """export.report.parity_all on two roles (the same stand-in files, smoke test rows): two processes give the
+    rows of one process but for the timings, and record each role's summary in its own manifest."""
+    import pandas as pd
+
+    from mags_lib.data import GenerationConfig, build_all
+    from mags_lib.export.parity import ParityConfig
+    from mags_lib.export.report import Source, parity_all
+
+    cfg = GenerationConfig(n_train=4, n_validation=2, n_test=3, worlds_train=2, worlds_validation=1, worlds_test=1)
+    build_all("smoke", seed_path=tmp_path / "no-seed", config=cfg, root=tmp_path, progress=False)
+    pcfg = ParityConfig(n_prompts=2, max_new_tokens=8, embedder="hash")
+    tables = {}
+    for n_jobs in (1, 2):
+        srcs = {}
+        for role in ("ask", "write"):
+            copy = tmp_path / f"gguf-{role}-{n_jobs}"
+            _link_gguf_tree(work.gguf, copy)
+            srcs[role] = Source(role, work.adapter, copy, True)
+        tables[n_jobs] = parity_all(srcs, ["q8_0"], pcfg, profile="smoke", out_dir=tmp_path / f"out{n_jobs}",
+                                    n_jobs=n_jobs, data_root=tmp_path, progress=False)
+        for role in srcs:
+            assert E.read_manifest(srcs[role].gguf_dir)["parity"]["q8_0"]["n_prompts"] == 2
+    assert list(tables[2]["role"]) == ["ask", "ask", "write", "write"]  # the caller's order
+    other = ["tokens_per_s", "load_s", "file"]  # timings, and each run's own copy of the files
+    pd.testing.assert_frame_equal(tables[2].drop(columns=other), tables[1].drop(columns=other))
+    with pytest.raises(ValueError, match="n_jobs"):
+        parity_all(srcs, ["q8_0"], pcfg, profile="smoke", n_jobs=0)

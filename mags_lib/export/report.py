@@ -21,7 +21,7 @@ from ..models import ModelNotFoundError
 from .gguf_write import random_lora
 from .layout import _QUANTIZED, ExportConfig, export_adapter, final_adapter, read_manifest, role_calibration
 
-__all__ = ["Source", "export_all", "held_out_rows", "quant_figure", "sources"]
+__all__ = ["Source", "export_all", "held_out_rows", "parity_all", "quant_figure", "sources"]
 
 
 @dataclass(frozen=True)
@@ -92,6 +92,56 @@ def held_out_rows(role: str, profile: str, *, root: str | os.PathLike | None = N
     from ..data import dataset_name, load_processed
 
     return load_processed(dataset_name("gen", role, profile), root=root)["test"].to_list()
+
+
+def parity_all(srcs: Mapping[str, Source], variants: Sequence[str], config: Any = None, *, profile: str,
+               out_dir: str | os.PathLike | None = None, n_jobs: int = 1, data_root: str | os.PathLike | None = None,
+               progress: bool = True) -> Any:
+    """:func:`~mags_lib.export.parity.parity` of every role's files (``variants``) against its adapter, on the
+    role's held-out rows; each summary recorded in the role's manifest. Returns the rows of every role,
+    with ``stand_in``.
+
+    With ``n_jobs`` > 1 the roles run in that many processes (joblib; each keeps ``config.n_threads``),
+    the writer first (its long outputs make it the longest): the same figures, except that tokens/s and
+    load times are then measured beside another role's parity on the other core.
+    """
+    import pandas as pd
+
+    from .layout import record_parity
+    from .parity import parity_summary
+
+    if n_jobs < 1:
+        raise ValueError(f"n_jobs must be >= 1, got {n_jobs}")
+    roles = sorted(srcs, key=lambda r: r != "write")
+    if n_jobs > 1 and len(roles) > 1:
+        from joblib import Parallel, delayed
+        from tqdm.auto import tqdm
+
+        par = Parallel(n_jobs=min(n_jobs, len(roles)), return_as="generator")  # in order, as each finishes
+        bar = tqdm(total=len(roles), desc=f"parity of {len(roles)} roles, {min(n_jobs, len(roles))} processes",
+                   disable=not progress)
+        frames = []
+        for df in par(delayed(_parity_job)(srcs[r], variants, config, profile, out_dir, data_root, False) for r in roles):
+            frames.append(df)
+            bar.update(1)
+        bar.close()
+    else:
+        frames = [_parity_job(srcs[r], variants, config, profile, out_dir, data_root, progress) for r in roles]
+    tables = []
+    for role, df in zip(roles, frames):
+        record_parity(srcs[role].gguf_dir, parity_summary(df))
+        tables.append(df.assign(stand_in=srcs[role].stand_in))
+    order = {r: i for i, r in enumerate(srcs)}  # the caller's role order
+    return pd.concat(sorted(tables, key=lambda d: order[d["role"].iloc[0]]), ignore_index=True)
+
+
+def _parity_job(src: Source, variants: Sequence[str], config: Any, profile: str,
+                out_dir: str | os.PathLike | None, data_root: str | os.PathLike | None, progress: bool) -> Any:
+    """One role's parity (in this process or a worker of :func:`parity_all`)."""
+    from .parity import parity
+
+    return parity(src.role, held_out_rows(src.role, profile, root=data_root), src.adapter, files_of(src, variants),
+                  config, out_dir=out_dir, progress=progress)
 
 
 def files_of(src: Source, variants: Sequence[str]) -> dict[str, Path]:
