@@ -276,12 +276,17 @@ def _x50(d: Mapping, src: str) -> list:
         a = cats.get("overall") or {}
         out.append(record(f"{system} accuracy", a.get("accuracy"), "accuracy", n=a.get("n_asks"),
                           interval=(a.get("lo"), a.get("hi")), source=src))
-    for system, ops in (d.get("latency") or {}).items():
-        out.append(record(f"{system} ask p50", (ops.get("ask") or {}).get("p50_s"), "s", source=src))
+    if d.get("generation_memo") is None:  # a shared memo answers remembered calls in 0 s: no latency then
+        for system, ops in (d.get("latency") or {}).items():
+            out.append(record(f"{system} ask p50", (ops.get("ask") or {}).get("p50_s"), "s", source=src))
     return out
 
 
-EXTRACTORS["60_ablations"] = _x50  # the same game.summary_metrics shape
+@_extractor("60_ablations")
+def _x60(d: Mapping, src: str) -> list:
+    """The same ``game.summary_metrics`` shape as 50; notebook 60 has always shared generations through
+    a memo, so a file from before ``generation_memo`` was recorded counts as shared: accuracy only."""
+    return _x50({**d, "generation_memo": d.get("generation_memo", {"hits": None})}, src)
 
 
 @_extractor("55_textworld")

@@ -22,6 +22,7 @@ from mags_lib.game import (
     make_config,
     resolve_systems,
     scenario_from_dict,
+    summary_metrics,
     sweep_systems,
     system_status,
 )
@@ -243,4 +244,9 @@ def test_one_scenario_end_to_end_and_parallel_equals_serial(tmp_path):
     pd.testing.assert_frame_equal(serial.asks.drop(columns=TIMING), shared.asks.drop(columns=TIMING))
     pd.testing.assert_frame_equal(serial.turns.drop(columns=TIMING), shared.turns.drop(columns=TIMING))
     assert serial.generation_memo is None and shared.generation_memo["hits"] >= 4  # 2 writes + 2 asks at least
+    # the memo's turn times are not the models': the summary of a shared run gives no latency, and says why
+    m_serial, m_shared = summary_metrics(serial, n_boot=10), summary_metrics(shared, n_boot=10)
+    assert m_serial["latency"]["graph_base"]["ask"]["p50_s"] > 0 and m_serial["generation_memo"] is None
+    assert m_shared["latency"] == {} and m_shared["generation_memo"] == shared.generation_memo
+    assert "memo" in m_shared["latency_note"] and m_shared["accuracy"] == m_serial["accuracy"]
     pd.testing.assert_frame_equal(serial.quality, parallel.quality)

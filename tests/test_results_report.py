@@ -200,6 +200,19 @@ def test_extract_50_game_with_intervals():
     assert "graph_trained accuracy" not in recs  # skipped system: no number invented
 
 
+def test_shared_memo_runs_report_no_latency():
+    """Under a shared generation memo a remembered call takes 0 s: no turn latency is a model's latency."""
+    d = load("50_game_evaluation.json")
+    assert "rag ask p50" in by_name(results.extract_records("60_ablations", {**d, "generation_memo": None}))
+    shared = {**d, "generation_memo": {"hits": 3, "misses": 5}}
+    for stage in ("50_game_evaluation", "60_ablations"):
+        recs = by_name(results.extract_records(stage, shared))
+        assert recs["graph_base accuracy"]["value"] == 0.125  # accuracy stays
+        assert not any(name.endswith(" p50") for name in recs), stage
+    # notebook 60 always shared its generations: an old file without the key reports no latency either
+    assert not any(name.endswith(" p50") for name in by_name(results.extract_records("60_ablations", d)))
+
+
 def test_extract_55_textworld_and_skipped():
     recs = by_name(results.extract_records("55_textworld", load("55_textworld.json")))
     assert recs["mags_base state accuracy"]["value"] == 0.25

@@ -221,7 +221,11 @@ def plot_growth(growth, column: str, *, ax=None, title: str | None = None):
 
 def summary_metrics(results, *, n_boot: int = 1000, seed: int = 0) -> dict:
     """The ``metrics.json`` of a game run: accuracy per system and kind (with intervals), operation
-    quality rates per system, turn latency, skipped systems and errors."""
+    quality rates per system, turn latency, skipped systems and errors.
+
+    A run under a shared generation memo (``evaluate_systems(share_generations=True)``) reports no
+    latency: a remembered call takes 0 s, so its turn times are not the models'. ``generation_memo``
+    (its hits and misses) says so, and ``latency_note`` in words."""
     acc = accuracy_table(results.asks, n_boot=n_boot, seed=seed)
     out: dict = {"accuracy": {}, "quality": {}, "latency": {}, "skipped": dict(results.skipped),
                  "errors": [list(e) for e in results.errors],
@@ -232,7 +236,12 @@ def summary_metrics(results, *, n_boot: int = 1000, seed: int = 0) -> dict:
     q = quality_table(results.quality)
     for r in q.to_dict("records"):
         out["quality"][r["system"]] = {k: v for k, v in r.items() if k.endswith("_rate")}
-    if len(results.turns):
+    memo = getattr(results, "generation_memo", None)
+    out["generation_memo"] = memo
+    if memo is not None:
+        out["latency_note"] = (f"not measured: {memo.get('hits', 0)} of {memo.get('hits', 0) + memo.get('misses', 0)} "
+                               "model calls were answered from the shared generation memo in 0 s")
+    elif len(results.turns):
         for r in latency_table(results.turns).itertuples():
             out["latency"].setdefault(r.system, {})[r.type] = {"p50_s": r.p50_s, "p95_s": r.p95_s}
     return out
