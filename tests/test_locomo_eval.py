@@ -256,6 +256,10 @@ def test_config_checks():
     with pytest.raises(ValueError, match="profile"):
         E.LoCoMoBenchConfig.for_profile("huge")
     assert E.LoCoMoBenchConfig.for_profile("smoke").max_sessions == 1
+    # full context (the base reader over the longest prompts) is read in the smoke and full profiles only
+    assert E.LoCoMoBenchConfig.for_profile("default").qa_systems == ("none", "rag", "graph")
+    assert E.LoCoMoBenchConfig.for_profile("full").qa_systems == E.LoCoMoBenchConfig().qa_systems
+    assert "full_context" in E.LoCoMoBenchConfig.for_profile("smoke").qa_systems
 
 
 def test_unknown_conversation_is_an_error(tiny):
@@ -439,10 +443,11 @@ def test_every_recall_variant_is_a_valid_recall_config_that_differs_from_the_def
 
 
 @pytest.mark.slow
-def test_units_in_worker_processes_equal_one_process(tmp_path, monkeypatch):
+def test_units_in_worker_processes_equal_one_process(tmp_path, monkeypatch, capsys):
     """n_jobs=2 over three conversations: the workers compute the second and third (this process evaluates only
     the first: it keeps that memory for drawing), the write model runs on the shortest conversation only (the
-    second here, so a worker must know it), and every row equals a one-process run's."""
+    second here, so a worker must know it), every row equals a one-process run's, and a bar in this process
+    counts the workers' conversations as they finish."""
     conv = {"speaker_a": "Jon", "speaker_b": "Gina",
             "session_1_date_time": "4:04 pm on 20 January, 2023", "session_2_date_time": "2:32 pm on 29 January, 2023"}
     for s in (1, 2):
@@ -463,7 +468,11 @@ def test_units_in_worker_processes_equal_one_process(tmp_path, monkeypatch):
         return orig(retriever, questions, *a, **kw)
 
     monkeypatch.setattr(E, "evaluate_retriever", counting)
-    two = E.run_benchmark(data, cfg, out_dir=tmp_path / "two", token_counter=len, progress=False, n_jobs=2)
+    capsys.readouterr()
+    two = E.run_benchmark(data, cfg, out_dir=tmp_path / "two", token_counter=len, progress=True, n_jobs=2)
+    err = capsys.readouterr().err
+    assert "conversations in 2 processes" in err and "2/2" in err, err[-2000:]
+    assert "conv-b done" in err or "conv-c done" in err, err[-2000:]
     assert seen and set(seen) == {len(QA)}  # only conv-a's retrievers ran in this process
     model_rows = {r["sample_id"] for r in two.recall_rows if r["retriever"] == "mags (write model)"}
     assert model_rows == {"conv-b"}

@@ -233,8 +233,8 @@ def test_findings_say_when_a_30_percent_cut_cannot_keep_op_f1(ops, reach):
 @pytest.mark.slow
 def test_heldout_outcome_in_two_processes_scores_as_one(tmp_path):
     """n_jobs=2, the embedded model as the writer (its few-shot base prompt) and as the reader (llama.cpp):
-    the 8 smoke scenarios are generated and scored in two worker processes (the caller's backend is never
-    asked) to the same outputs and scores as in one process."""
+    8 smoke scenarios are generated and scored in three parts on two worker processes (the caller's
+    backend is never asked) to the same outputs and scores as in one process."""
     from mags_lib.backends import load_backend
     from mags_lib.training.objectives import heldout_outcome
 
@@ -248,7 +248,7 @@ def test_heldout_outcome_in_two_processes_scores_as_one(tmp_path):
             raise AssertionError("with n_jobs=2 the workers generate, not the caller's backend")
 
     prompt = dataclasses.replace(ROLE_SPECS["write"].base, max_new_tokens=48)
-    kw = {"profile": "smoke", "n": 8, "reader": "llamacpp", "embedder": "hash"}
+    kw = {"profile": "smoke", "n": 8, "reader": "llamacpp", "embedder": "hash"}  # 3 parts on 2 processes
     with load_backend("llamacpp", n_threads=1) as real:
         one = heldout_outcome("write", real, prompt, out=tmp_path / "one", **kw)
         two = heldout_outcome("write", Refusing(real), prompt, out=tmp_path / "two", n_jobs=2, **kw)

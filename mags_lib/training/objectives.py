@@ -144,9 +144,10 @@ def heldout_outcome(role: str, backend, prompt, *, profile: str = "default", see
     "outcome", "per_row", "cached"}``. With ``out``, the outputs are written to ``out/heldout_outcome.jsonl``
     behind a cache header (the model file, prompt, reader and scenarios): a second call with the same
     inputs reads them back instead of generating and scoring again. With ``n_jobs`` > 1 (a llama.cpp
-    ``backend`` and the ``"llamacpp"`` reader) the scenarios are split over that many processes (joblib),
-    each loading the backend's model file and the reader again on one thread: every scenario is generated
-    and scored on its own, greedily, so the outputs and scores are those of one process.
+    ``backend`` and the ``"llamacpp"`` reader) the scenarios are split into parts (up to four a process)
+    run by that many processes (joblib), each part loading the backend's model file and the reader again
+    on one thread, with a progress bar over the scenarios done: every scenario is generated and scored on
+    its own, greedily, so the outputs and scores are those of one process.
     """
     from ..data import outcome
     from ..repro import atomic_write_text
@@ -171,19 +172,27 @@ def heldout_outcome(role: str, backend, prompt, *, profile: str = "default", see
                 return {"n": len(rows), "outcome": sum(scores) / len(scores), "per_row": scores, "cached": True}
     if n_jobs > 1 and getattr(backend, "name", None) == "llamacpp" and isinstance(reader, str) and len(rows) > 1:
         from joblib import Parallel, delayed
+        from tqdm.auto import tqdm
 
         from ..evaluate import _model_id
 
         spec = {"model": backend.model_path, "base_model": getattr(backend, "base_model_path", None),
                 "model_id": _model_id(backend)}
-        parts = [list(range(i, len(rows), n_jobs)) for i in range(min(n_jobs, len(rows)))]
-        done = Parallel(n_jobs=len(parts))(
-            delayed(_outcome_part)(role, spec, prompt, [rows[i] for i in part], seed=seed, reader=reader,
-                                   embedder=embedder) for part in parts)
+        # up to 4 parts a process (of 3 scenarios at least), so the bar moves while the parts run; each
+        # scenario is generated and scored on its own, so how they are grouped changes nothing
+        n_parts = max(min(n_jobs, len(rows)), min(4 * n_jobs, -(-len(rows) // 3)))
+        parts = [list(range(i, len(rows), n_parts)) for i in range(n_parts)]
+        par = Parallel(n_jobs=min(n_jobs, n_parts), return_as="generator")  # in order, as each finishes
+        bar = tqdm(total=len(rows), desc=f"held-out outcome ({role}), {min(n_jobs, n_parts)} processes",
+                   disable=not progress)
         texts, scores = [""] * len(rows), [0.0] * len(rows)
-        for part, (part_texts, part_scores) in zip(parts, done):
+        for part, (part_texts, part_scores) in zip(parts, par(
+                delayed(_outcome_part)(role, spec, prompt, [rows[i] for i in part], seed=seed, reader=reader,
+                                       embedder=embedder) for part in parts)):
             for i, t, sc in zip(part, part_texts, part_scores):
                 texts[i], scores[i] = t, sc
+            bar.update(len(part))
+        bar.close()
     else:
         texts = _outcome_texts(backend, prompt, rows, seed)
         reward = get_reward(f"outcome_{role}", reader=reader, n_threads=reader_threads, embedder=embedder, seed=seed)
