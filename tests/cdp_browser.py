@@ -34,31 +34,56 @@ FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-
          "--disable-features=site-per-process,IsolateOrigins", "--disable-site-isolation-trials",
          "--window-size=1400,1000")
 
-# Count, in a vis-network page, the drawn nodes and the canvas pixels painted in the node colours.
-# ``network`` is the page's global (pyvis's template). Returns null until the network exists.
+# In a vis-network page, once the network is laid out (``physics.ready``: its stabilization done, a
+# state rather than a time), stop its simulation, fit it to the canvas and draw it once, synchronously
+# (``redraw``), then look at the canvas under every node: the share of the pixels of the node's shape
+# (a dot's inscribed square, a box's rectangle) painted in a node colour. The page's own animation
+# frames are not awaited (headless Chromium paints a sandboxed iframe when it gets round to it, late
+# under load), but the drawing is vis-network's own, on the page's own canvas. ``painted_before``
+# counts the node-coloured pixels the page had painted by itself before that draw (for the record).
+# ``network`` is the page's global (pyvis's template). Returns null until the network is laid out, and
+# ``{error}`` when the page has loaded without making one (its script failed).
 PICTURE_PROBE = """(() => {
-  if (typeof network === 'undefined' || !network) return null;
+  if (typeof network === 'undefined' || !network)  // pyvis's script makes it while the page loads
+    return document.readyState === 'complete' ? {error: 'the page loaded and made no network'} : null;
+  if (!network.physics || !network.physics.ready) return null;
   const canvas = document.querySelector('#mynetwork canvas');
-  if (!canvas || !canvas.width || !canvas.height) return null;
-  const data = canvas.getContext('2d').getImageData(0, 0, canvas.width, canvas.height).data;
+  if (!canvas || !canvas.width || !canvas.height || !canvas.clientWidth) return null;
   const colours = %s;
-  let painted = 0, nodeColoured = 0;
-  for (let i = 0; i < data.length; i += 4) {
-    if (data[i + 3] < 128) continue;
-    painted++;
-    for (const c of colours) {
-      if (Math.abs(data[i] - c[0]) < 14 && Math.abs(data[i + 1] - c[1]) < 14 && Math.abs(data[i + 2] - c[2]) < 14) {
-        nodeColoured++; break;
-      }
-    }
-  }
-  return {nodes: network.body.data.nodes.length, positioned: Object.keys(network.getPositions()).length,
-          canvas: [canvas.width, canvas.height], painted: painted, node_coloured: nodeColoured};
+  const ctx = canvas.getContext('2d');
+  const isNode = (d, i) => colours.some(c => Math.abs(d[i] - c[0]) < 14 && Math.abs(d[i + 1] - c[1]) < 14
+                                              && Math.abs(d[i + 2] - c[2]) < 14 && d[i + 3] >= 128);
+  const count = (d) => { let n = 0; for (let i = 0; i < d.length; i += 4) if (isNode(d, i)) n++; return n; };
+  const paintedBefore = count(ctx.getImageData(0, 0, canvas.width, canvas.height).data);
+  network.stopSimulation();
+  network.fit({animation: false});
+  network.redraw();
+  const ratio = canvas.width / canvas.clientWidth;
+  const ids = network.body.data.nodes.getIds();
+  const perNode = ids.map(id => {
+    // the shape itself, not its label: a dot's inscribed square, a box's rectangle (the label inside)
+    const n = network.body.nodes[id], c = network.canvasToDOM({x: n.x, y: n.y}), k = network.getScale() * ratio;
+    const [hw, hh] = n.options.shape === 'dot' ? [n.shape.radius / Math.SQRT2, n.shape.radius / Math.SQRT2]
+                                               : [n.shape.width / 2, n.shape.height / 2];
+    const x0 = Math.max(0, Math.round(c.x * ratio - hw * k)), y0 = Math.max(0, Math.round(c.y * ratio - hh * k));
+    const x1 = Math.min(canvas.width, Math.round(c.x * ratio + hw * k));
+    const y1 = Math.min(canvas.height, Math.round(c.y * ratio + hh * k));
+    if (x1 - x0 < 2 || y1 - y0 < 2) return {id: id, shape: n.options.shape, box: [x0, y0, x1, y1], pixels: 0, coloured: 0};
+    const d = ctx.getImageData(x0, y0, x1 - x0, y1 - y0).data;
+    return {id: id, shape: n.options.shape, box: [x0, y0, x1, y1], pixels: (x1 - x0) * (y1 - y0), coloured: count(d)};
+  });
+  return {nodes: ids.length, positioned: Object.keys(network.getPositions()).length,
+          canvas: [canvas.width, canvas.height], painted_before: paintedBefore,
+          unpainted: perNode.filter(n => n.pixels === 0 || n.coloured < 0.2 * n.pixels),
+          per_node: perNode};
 })()"""
 
 
 def picture_probe(node_colours: list[str]) -> str:
-    """:data:`PICTURE_PROBE` for node colours given as ``#rrggbb``."""
+    """:data:`PICTURE_PROBE` for node colours given as ``#rrggbb``: null until the network is laid out
+    (``{error}`` if the loaded page made none), then ``{nodes, positioned, canvas, painted_before, unpainted, per_node}``, where ``unpainted`` lists
+    the nodes whose shape on the canvas is not at least a fifth node-coloured (empty when every
+    node was drawn where it lies)."""
     rgb = [[int(c[i:i + 2], 16) for i in (1, 3, 5)] for c in node_colours]
     return PICTURE_PROBE % json.dumps(rgb)
 
@@ -211,14 +236,21 @@ class Chromium:
         return node["frameId"]
 
     def context_of(self, frame_id: str, *, timeout: float = 60.0) -> int:
-        """The page's own (default) JavaScript context in a frame."""
+        """The page's own (default) JavaScript context in a frame: the newest one not destroyed since (a
+        frame that JupyterLab re-attached loads its document again, in a new context)."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            for ev in reversed(self.events):
-                if ev.get("method") == "Runtime.executionContextCreated":
+            gone: set[int] = set()
+            for ev in reversed(list(self.events)):
+                method = ev.get("method")
+                if method == "Runtime.executionContextDestroyed":
+                    gone.add(ev["params"]["executionContextId"])
+                elif method == "Runtime.executionContextsCleared":
+                    break  # every context created before this is gone
+                elif method == "Runtime.executionContextCreated":
                     ctx = ev["params"]["context"]
                     aux = ctx.get("auxData", {})
-                    if aux.get("frameId") == frame_id and aux.get("isDefault"):
+                    if aux.get("frameId") == frame_id and aux.get("isDefault") and ctx["id"] not in gone:
                         return ctx["id"]
             time.sleep(0.1)
         raise CDPError(f"no JavaScript context for frame {frame_id}")

@@ -179,7 +179,8 @@ def to_pyvis(g, trace=None, *, max_nodes: int = 150, include_invalid: bool = Fal
     physics : bool
         Let vis-network lay the graph out; otherwise a seeded spring layout fixes positions.
     seed : int, optional
-        Layout seed (default ``g.seed``).
+        Layout seed (default ``g.seed``, else 0): the spring layout's without physics, vis-network's
+        initial positions with it, so the same memory draws the same picture each time it is opened.
     """
     from pyvis.network import Network
 
@@ -190,9 +191,10 @@ def to_pyvis(g, trace=None, *, max_nodes: int = 150, include_invalid: bool = Fal
     tw = tr.edge_weights if tr else {}
     on_path = {e for p in tr.paths for e in p.edges} if tr else set()
     net = Network(height=height, width="100%", directed=True, cdn_resources="in_line", notebook=False)
+    layout_seed = seed if seed is not None else (g.seed if g.seed is not None else 0)
     pos = None
     if not physics:
-        pos = nx.spring_layout(g.G.subgraph(nodes), seed=g.seed if seed is None else seed)
+        pos = nx.spring_layout(g.G.subgraph(nodes), seed=layout_seed)
     nd, ed = g.nodes, g.edges
     for i in nodes:
         color, block = _node_style(g, i)
@@ -241,8 +243,9 @@ def to_pyvis(g, trace=None, *, max_nodes: int = 150, include_invalid: bool = Fal
                      color=color, dashes=dashes or bool(ed.kind[e] == EDGE_ASSOC and ed.valid[e]),
                      font={"size": 10, "align": "middle"})
     net.set_options('{"physics": {"enabled": %s, "stabilization": {"iterations": 150}},'
+                    ' "layout": {"randomSeed": %d},'
                     ' "interaction": {"hover": true}, "edges": {"arrows": {"to": {"scaleFactor": 0.5}}}}'
-                    % ("true" if physics else "false"))
+                    % ("true" if physics else "false", int(layout_seed)))
     return net
 
 
