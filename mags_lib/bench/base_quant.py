@@ -10,7 +10,7 @@ The base-model systems (the before row of notebook 10, the game's ``graph_base``
 ``full_context``, TextWorld's ``mags_base``, LoCoMo on the base models) run the embedded SmolLM2-135M-Instruct,
 which ships as a Q4_1 GGUF. Most of their llama.cpp time is prompt evaluation (a reader's memory block, a
 few-shot write prompt), and how fast llama.cpp evaluates a prompt depends on the file's type and the CPU's
-instruction sets (llama.cpp repacks some types, Q4_0 among them, for AVX2 / AVX-512 kernels; Q4_1 is not).
+instruction sets (llama.cpp repacks some types, Q4_0 among them, for its AVX2 / AVX-512 kernels).
 
 This bench writes the base model (``models/base``, the embedded file de-quantized) as F16 with the exporter
 (:func:`mags_lib.export.gguf_write.write_model_gguf`), quantizes it to each ``--types`` entry
