@@ -45,8 +45,11 @@ def test_picture_layout_is_seeded(story):
     or the one asked for."""
     g, res = story
     seed_of = lambda page: json.loads(re.search(r"var options = (\{.*?\});\n", page).group(1))["layout"]
-    assert seed_of(viz.to_html(g, res)) == {"randomSeed": 0}
+    assert seed_of(viz.to_html(g, res)) == {"randomSeed": 0}  # the story's graph has seed 0
     assert seed_of(viz.to_html(g, res, seed=7)) == {"randomSeed": 7}
+    seeded = LiquidGraph(HashEmbedder(dim=64), seed=5)
+    seeded.add_episode("Blorps eat lemons.", source="D1:1")
+    assert seed_of(viz.to_html(seeded)) == {"randomSeed": 5}
     unseeded = LiquidGraph(HashEmbedder(dim=64))
     unseeded.add_episode("Blorps eat lemons.", source="D1:1")
     assert seed_of(viz.to_html(unseeded)) == {"randomSeed": 0}
