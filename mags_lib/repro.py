@@ -19,7 +19,7 @@ import numpy as np
 from .models import project_root
 
 __all__ = ["seed_everything", "make_rng", "run_dir", "write_meta", "atomic_write_text", "run_meta", "git_sha",
-           "package_versions", "Timer", "peak_rss_mb"]
+           "package_versions", "Timer", "peak_rss_mb", "cpu_model", "load_average"]
 
 # Packages whose versions every meta.json records (missing ones are recorded as null).
 TRACKED_PACKAGES = ("mags_lib", "torch", "transformers", "trl", "peft", "datasets", "accelerate",
@@ -148,6 +148,24 @@ def run_meta(*, params: dict, seed: int, wall_time_s: float, extra: dict | None 
     if extra:
         meta["extra"] = _jsonable(extra)
     return meta
+
+
+def cpu_model() -> str | None:
+    """The CPU's model name (``/proc/cpuinfo``; None where there is none)."""
+    try:
+        lines = Path("/proc/cpuinfo").read_text().splitlines()
+    except OSError:
+        return None
+    return next((ln.split(":", 1)[1].strip() for ln in lines if ln.startswith("model name")), None)
+
+
+def load_average() -> list[float] | None:
+    """The 1, 5 and 15 minute load averages (None where the system has none): benchmarks record them
+    before and after, since figures from a busy machine are not comparable."""
+    try:
+        return [round(x, 2) for x in os.getloadavg()]
+    except (OSError, AttributeError):
+        return None
 
 
 def peak_rss_mb() -> float:

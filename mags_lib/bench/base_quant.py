@@ -36,7 +36,6 @@ import argparse
 import json
 import os
 import platform
-import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -53,19 +52,15 @@ ROLES = ("ask", "write", "answer")
 
 def cpu_info() -> dict:
     """The CPU's model name and the vector instruction sets it lists (``/proc/cpuinfo``; empty elsewhere)."""
-    model, flags = platform.processor() or "", []
+    from ..repro import cpu_model
+
     try:
         text = Path("/proc/cpuinfo").read_text()
     except OSError:
-        return {"model": model, "flags": flags}
-    for line in text.splitlines():
-        key, _, val = line.partition(":")
-        if key.strip() == "model name" and not model:
-            model = val.strip()
-        if key.strip() == "flags":
-            flags = sorted(f for f in val.split() if f.startswith(("avx", "amx", "fma", "f16c")))
-            break
-    return {"model": model, "flags": flags}
+        text = ""
+    line = next((ln for ln in text.splitlines() if ln.split(":", 1)[0].strip() == "flags"), ":")
+    flags = sorted(f for f in line.split(":", 1)[1].split() if f.startswith(("avx", "amx", "fma", "f16c")))
+    return {"model": cpu_model() or platform.processor() or "", "flags": flags}
 
 
 def write_base_variants(folder: str | os.PathLike, types: Sequence[str], *, threads: int = 1) -> dict[str, Path]:
@@ -152,10 +147,6 @@ def _measure(model: str | None, prompts: dict, *, threads: int, repeats: int, ma
     return res
 
 
-def _load() -> list[float] | None:
-    return [round(x, 2) for x in os.getloadavg()] if hasattr(os, "getloadavg") else None
-
-
 def run(*, out: str | os.PathLike, types: Sequence[str] = ("Q8_0", "Q4_0", "Q4_1", "F16"), threads: int = 1,
         n_inputs: int = 8, repeats: int = 3, max_new_tokens: int = 64, max_role_tokens: int | None = None, seed: int = 0,
         work_dir: str | os.PathLike | None = None, progress: bool = True) -> dict:
@@ -164,15 +155,22 @@ def run(*, out: str | os.PathLike, types: Sequence[str] = ("Q8_0", "Q4_0", "Q4_1
     from tqdm.auto import tqdm
 
     from .. import repro
+    from ..export.gguf_write import llama_ftype
     from ..models import project_root, resolve_model
 
     if threads < 1 or n_inputs < 1 or repeats < 1 or max_new_tokens < 1:
         raise ValueError("threads, n_inputs, repeats and max_new_tokens must be >= 1")
-    bad = [t for t in types if t.upper() not in ("F16", "Q8_0", "Q4_0", "Q4_1", "Q4_K_M", "Q5_K_M", "Q5_0", "Q6_K")]
+    bad = []
+    for t in types:
+        try:
+            llama_ftype(t)  # the quantizer's own check, before anything is written
+        except ValueError:
+            bad.append(t)
     if bad:
-        raise ValueError(f"unknown GGUF types {bad}: choose from F16, Q8_0, Q4_0, Q4_1, Q4_K_M, Q5_0, Q5_K_M, Q6_K")
+        raise ValueError(f"unknown GGUF types {bad}: llama.cpp's file type names (LLAMA_FTYPE_MOSTLY_<type>), "
+                         "e.g. F16, Q8_0, Q4_0, Q4_1, Q4_K_M")
     t_start = time.perf_counter()
-    load_before = _load()
+    load_before = repro.load_average()
     work = Path(work_dir) if work_dir else project_root() / "models" / "base" / "bench-gguf"
     files = write_base_variants(work, [t.upper() for t in types], threads=threads)
     files = {t.upper(): files[t.upper()] for t in types}
@@ -195,13 +193,12 @@ def run(*, out: str | os.PathLike, types: Sequence[str] = ("Q8_0", "Q4_0", "Q4_1
                                              "generation_tokens_per_s", "equal_to_embedded", "size_mb")}
                     for name, r in rows.items()},
         "files": rows,
-        "meta": {"params": {"types": list(types), "threads": threads, "n_inputs": n_inputs, "repeats": repeats,
-                            "max_new_tokens": max_new_tokens, "max_role_tokens": max_role_tokens},
-                 "cpu": cpu_info(), "seed": seed, "git_sha": repro.git_sha(), "packages": repro.package_versions(),
-                 "python": sys.version.split()[0], "platform": platform.platform(), "cpu_count": os.cpu_count(),
-                 "load_average_before": load_before, "load_average_after": _load(),
-                 "wall_time_s": round(time.perf_counter() - t_start, 2),
-                 "written_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")},
+        "meta": repro.run_meta(
+            params={"types": list(types), "threads": threads, "n_inputs": n_inputs, "repeats": repeats,
+                    "max_new_tokens": max_new_tokens, "max_role_tokens": max_role_tokens},
+            seed=seed, wall_time_s=time.perf_counter() - t_start,
+            extra={"cpu": cpu_info(), "load_average_before": load_before,
+                   "load_average_after": repro.load_average()}),
     }
     repro.atomic_write_text(out, json.dumps(result, indent=1, default=str) + "\n")
     return result

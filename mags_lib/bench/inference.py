@@ -143,13 +143,6 @@ def _pct(xs: Sequence[float], q: float) -> float | None:
     return float(np.percentile(np.asarray(xs, dtype=float), q)) if len(xs) else None
 
 
-def _load() -> list[float] | None:
-    try:
-        return [round(x, 2) for x in os.getloadavg()]
-    except OSError:  # pragma: no cover
-        return None
-
-
 def bench_tokens_per_second(backend_names: Sequence[str], *, prompts: Sequence[str], max_new_tokens: int,
                             threads: int) -> dict:
     """Single-stream greedy tokens/s per backend on the same chat prompts (one warm-up call each)."""
@@ -330,7 +323,7 @@ def run(*, out: Path, threads: int | None = None, max_new_tokens: int = 64, n_pr
         raise ValueError(f"n_prompts must be in [1, {len(TOKENS_PROMPTS)}], got {n_prompts}")
     repro.seed_everything(seed)
     t_start = time.perf_counter()
-    load_before = _load()
+    load_before = repro.load_average()
     result: dict = {"targets": TARGETS}
     result["tokens_per_second"] = bench_tokens_per_second(
         backends, prompts=TOKENS_PROMPTS[:n_prompts], max_new_tokens=max_new_tokens, threads=threads)
@@ -378,7 +371,7 @@ def run(*, out: Path, threads: int | None = None, max_new_tokens: int = 64, n_pr
                    "constrained_max_new_tokens": constrained_max_new_tokens, "n_parallel": list(n_parallel)},
         "seed": seed, "git_sha": repro.git_sha(), "packages": repro.package_versions(),
         "python": sys.version.split()[0], "platform": platform.platform(), "cpu_count": os.cpu_count(),
-        "load_average_before": load_before, "load_average_after": _load(),
+        "load_average_before": load_before, "load_average_after": repro.load_average(),
         "wall_time_s": round(time.perf_counter() - t_start, 2), "peak_rss_mb": round(repro.peak_rss_mb(), 1),
         "written_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
     }

@@ -431,6 +431,17 @@ def _imatrix_params(src: Path, imatrix: Any, llama_cpp: Any) -> tuple[Any, Any, 
     return entries, overrides, keep
 
 
+def llama_ftype(qtype: str) -> int:
+    """llama.cpp's file type number for a type name (``"Q4_K_M"`` -> ``LLAMA_FTYPE_MOSTLY_Q4_K_M``); a
+    ``ValueError`` for a name llama.cpp does not know."""
+    import llama_cpp
+
+    ftype = getattr(llama_cpp, f"LLAMA_FTYPE_MOSTLY_{qtype.upper()}", None)
+    if ftype is None:
+        raise ValueError(f"llama.cpp has no file type {qtype!r} (LLAMA_FTYPE_MOSTLY_{qtype.upper()})")
+    return int(ftype)
+
+
 def quantize_gguf(src: str | os.PathLike, dst: str | os.PathLike, qtype: str, *, n_threads: int = 1,
                   imatrix: Any = None) -> Path:
     """Quantize a GGUF model with llama.cpp's quantizer (``llama_model_quantize``), atomically.
@@ -449,9 +460,7 @@ def quantize_gguf(src: str | os.PathLike, dst: str | os.PathLike, qtype: str, *,
 
     from ..backends.llamacpp_backend import read_gguf_header
 
-    ftype = getattr(llama_cpp, f"LLAMA_FTYPE_MOSTLY_{qtype.upper()}", None)
-    if ftype is None:
-        raise ValueError(f"llama.cpp has no file type {qtype!r} (LLAMA_FTYPE_MOSTLY_{qtype.upper()})")
+    ftype = llama_ftype(qtype)
     header = read_gguf_header(src)
     if header.type != "model":
         raise ValueError(f"{src} is a GGUF {header.type}, not a model")
@@ -460,7 +469,7 @@ def quantize_gguf(src: str | os.PathLike, dst: str | os.PathLike, qtype: str, *,
     with _atomic_file(dst) as tmp:
         params = llama_cpp.llama_model_quantize_default_params()
         params.nthread = int(n_threads)
-        params.ftype = int(ftype)
+        params.ftype = ftype
         if weights is not None:
             params.imatrix = ctypes.cast(weights[0], type(params.imatrix))
             params.kv_overrides = ctypes.cast(weights[1], type(params.kv_overrides))

@@ -252,14 +252,6 @@ def grpo_profile(trainer) -> dict:
     return spent
 
 
-def _cpu_model() -> str | None:
-    try:
-        lines = Path("/proc/cpuinfo").read_text().splitlines()
-    except OSError:
-        return None
-    return next((ln.split(":", 1)[1].strip() for ln in lines if ln.startswith("model name")), None)
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description="raw forward/backward rate of SmolLM2 + LoRA on this machine")
     ap.add_argument("--threads", type=int, default=None)
@@ -280,7 +272,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                            share_prefix=(False, True) if a.prefix else (False,))
         command = "python -m mags_lib.training.throughput " + " ".join(sys.argv[1:] if argv is None else argv)
         res["meta"] = repro.run_meta(params=vars(a), seed=0, wall_time_s=time.perf_counter() - t0,
-                                     extra={"command": command, "cpu": _cpu_model()})
+                                     extra={"command": command, "cpu": repro.cpu_model()})
     else:
         res = raw_rate(batch=a.batch, seq_len=a.seq_len, threads=a.threads)
     text = json.dumps(res, indent=1)
