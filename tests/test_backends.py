@@ -104,6 +104,20 @@ def test_transformers_stops_decoding_at_the_first_repeated_tag(hf):
     _stops_at_the_first_repeat(hf)
 
 
+@pytest.mark.slow
+def test_transformers_stops_decoding_at_a_stop_string(hf):
+    """A stop string ends decoding (not only the text), alone and beside the repeat stop; its criterion is built
+    once per backend and stop list (transformers' own cache misses on every call: 0.5 s a call)."""
+    free = hf.generate([FIXED, CHAT], max_new_tokens=40)
+    assert "</memory_ask>" in free[0].text, free[0].text  # the base model closes the element (else: shows nothing)
+    cut = free[0].text[:free[0].text.index("</memory_ask>")]
+    for repeats in (False, True):
+        stopped = hf.generate([FIXED, CHAT], max_new_tokens=40, stop=["</memory_ask>"], stop_repeats=repeats)
+        assert stopped[0].text == cut and stopped[0].n_new_tokens < free[0].n_new_tokens - 4, stopped[0]
+        assert stopped[1] == dataclasses.replace(free[1], seconds=stopped[1].seconds)  # no stop string in it
+    assert list(hf._stop_criteria) == [("</memory_ask>",)]
+
+
 def test_argument_checks(llama):
     with pytest.raises(TypeError, match="wrap a single prompt"):
         llama.generate(CHAT)

@@ -89,6 +89,10 @@ class TransformersBackend(Backend):
         self.tokenizer = AutoTokenizer.from_pretrained(str(tok_src), **kw)
         self.tokenizer.padding_side = "left"
         self._closes: dict[int, bool] = {}  # token id -> its text holds a ">" (the repeat stop asks per token)
+        # stop strings -> transformers' StopStringCriteria, built once per backend: transformers' own cache keys it
+        # on the vocabulary's order, which get_vocab() does not keep from call to call, so
+        # generate(stop_strings=...) rebuilt it on every call (0.5 s each on the 2-core machine)
+        self._stop_criteria: dict[tuple[str, ...], Any] = {}
         self.tokenizer.clean_up_tokenization_spaces = False
         if self.tokenizer.pad_token_id is None:
             self.tokenizer.pad_token = self.tokenizer.eos_token
@@ -146,14 +150,13 @@ class TransformersBackend(Backend):
                 kw.update(do_sample=True, temperature=temperature, top_k=0, top_p=1.0)
             else:
                 kw.update(do_sample=False, temperature=None, top_k=None, top_p=None)
-            if stop:
-                kw.update(stop_strings=list(stop), tokenizer=self.tokenizer)
             repeats = (_repeat_stopping(self.tokenizer, enc["input_ids"].shape[1], self._closes)
                        if stop_repeats else None)
-            if repeats is not None:
+            criteria = ([self._stop_criterion(stop)] if stop else []) + ([repeats] if repeats is not None else [])
+            if criteria:
                 from transformers import StoppingCriteriaList
 
-                kw["stopping_criteria"] = StoppingCriteriaList([repeats])
+                kw["stopping_criteria"] = StoppingCriteriaList(criteria)
             t0 = time.perf_counter()
             with torch.inference_mode(), torch.random.fork_rng(devices=[]):
                 if temperature > 0 and seed is not None:
@@ -170,6 +173,18 @@ class TransformersBackend(Backend):
                     text, _ = _truncate_at_stop(text, stop)
                 out.append(Generation(text=text, n_prompt_tokens=int(npt), n_new_tokens=n, seconds=dt))
         return out
+
+    def _stop_criterion(self, stop: Sequence[str]):
+        """transformers' stop-string criterion for ``stop``, built on the first call and kept (it holds no state
+        of a generation: what ``generate(stop_strings=...)`` builds, without rebuilding its vocabulary tables)."""
+        key = tuple(stop)
+        if key not in self._stop_criteria:
+            from transformers import StopStringCriteria
+
+            if len(self._stop_criteria) >= 32:  # a role has one stop list; callers passing ever new ones stay bounded
+                self._stop_criteria.clear()
+            self._stop_criteria[key] = StopStringCriteria(self.tokenizer, list(key))
+        return self._stop_criteria[key]
 
     # -- adapters (PEFT, through transformers' adapter integration) ------------------------------
     def _load_adapter(self, name: str, path: str, scale: float) -> None:
