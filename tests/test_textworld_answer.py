@@ -198,3 +198,5 @@ def test_init_from_a_missing_run_is_a_clear_error(tmp_path):
     with pytest.raises(FileNotFoundError, match="init_from='nope'"):
         train_role("answer", run_tag="v", config=cfg, models_root=tmp_path / "models", data_root=tmp_path,
                    progress=False, note=lambda s: None)
+    # checked before anything is made: no run folder, and no base model converted into this models root
+    assert not (tmp_path / "models").exists(), sorted(p.name for p in (tmp_path / "models").iterdir())

@@ -849,21 +849,10 @@ def train_role(role: str, *, run_tag: str, config: TrainConfig, data: dict | Non
     if config.role != role:
         raise ValueError(f"config is for role {config.role!r}, not {role!r}")
     t0 = time.perf_counter()
-    data = data if data is not None else load_role_data(role, config.profile, root=data_root,
-                                                        extra=tuple(config.sft.extra_data))
-    if data.get("seed_skipped"):
-        note(data["seed_skipped"])
-    base_dir = base_model_dir(models_root)
-    prompt = ROLE_SPECS[role].trained
     folder = run_dir(role, run_tag, models_root)
-    folder.mkdir(parents=True, exist_ok=True)
-    rows = training_rows(data, config)
-    if warm_start is not None:
-        ident = _stage_ident("sft", config, rows, base_dir=base_dir, prompt=prompt, data_hashes=data["hashes"],
-                             init_adapter=None)
-        reuse_warm_start(run_dir(role, warm_start, models_root) / "sft", folder / "sft", stage_hash(ident), note)
     init = None
-    if config.sft.init_from is not None:  # continue a finished run's final adapter
+    if config.sft.init_from is not None:  # continue a finished run's final adapter (checked before anything is
+        # loaded, converted or created: a wrong tag fails at once and leaves no run folder behind)
         if warm_start is not None:
             raise ValueError("init_from (continue another run's adapter) and warm_start (reuse its warm start) "
                              "exclude each other")
@@ -874,6 +863,18 @@ def train_role(role: str, *, run_tag: str, config: TrainConfig, data: dict | Non
         init = run_dir(role, config.sft.init_from, models_root) / src["final_stage"]
         if init.resolve() == (folder / "sft").resolve():
             raise ValueError("init_from names this run itself: give the variant its own run tag")
+    data = data if data is not None else load_role_data(role, config.profile, root=data_root,
+                                                        extra=tuple(config.sft.extra_data))
+    if data.get("seed_skipped"):
+        note(data["seed_skipped"])
+    base_dir = base_model_dir(models_root)
+    prompt = ROLE_SPECS[role].trained
+    folder.mkdir(parents=True, exist_ok=True)
+    rows = training_rows(data, config)
+    if warm_start is not None:
+        ident = _stage_ident("sft", config, rows, base_dir=base_dir, prompt=prompt, data_hashes=data["hashes"],
+                             init_adapter=None)
+        reuse_warm_start(run_dir(role, warm_start, models_root) / "sft", folder / "sft", stage_hash(ident), note)
     results = {}
     results["sft"] = train_stage("sft", config, rows, folder / "sft", base_dir=base_dir, prompt=prompt,
                                  data_hashes=data["hashes"], init_adapter=init, backend=backend, progress=progress,
