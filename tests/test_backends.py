@@ -558,7 +558,7 @@ def test_decoding_equals_llama_cpp_python_completion(temperature):
     the top token checked first, the whole vocabulary masked when it is refused -- the base model's first
     choices are prose, so both branches run) and free, greedy and seeded sampling, with a stop string."""
     spec = P.build_messages
-    prompts = [spec("write", x, few_shot=0) for x in WRITE_INPUTS[:5]]
+    prompts = [spec("write", x, few_shot=0) for x in WRITE_INPUTS[:3]]  # three: both branches run on each
     grammar = P.grammar("write", min_ops=1)
     with load_backend("llamacpp", n_ctx=1024, n_threads=1, prefix_cache=False) as b:
         for gbnf, n_new, stop in ((grammar, 48, None), (None, 24, ["\n\n"])):
