@@ -8,9 +8,12 @@
 # the smoke run of every notebook, the real export) is built once, on the worker that runs that file.
 # (--dist loadgroup with @pytest.mark.xdist_group does not group under pytest 9: xdist 3.8 renames
 # item._nodeid, which pytest 9 no longer reads, and both workers built the smoke run at once.)
+# --no-loadscope-reorder: files go out in the order tests/conftest.py sorts them (the smoke-run file, then the
+# other slow ones, first), not xdist's default of the files with the most tests first (which started the smoke
+# run, the longest piece, only after a dozen short files).
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
 bash scripts/setup_env.sh
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 HF_DATASETS_OFFLINE=1
-exec "${MAGS_VENV:-$ROOT/.venv}/bin/python" -m pytest -n 2 --dist loadfile --durations=25 "$@"
+exec "${MAGS_VENV:-$ROOT/.venv}/bin/python" -m pytest -n 2 --dist loadfile --no-loadscope-reorder --durations=25 "$@"
