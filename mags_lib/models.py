@@ -165,13 +165,13 @@ def _special_tokens_from_gguf(tok, gguf: Path) -> None:
     the GGUF (and the model's generation config) end a turn with ``<|im_end|>``: a trainer that appends
     ``eos_token`` to completions would teach the model to stop on the wrong token.
     """
-    import gguf as gguf_lib
+    from .backends.llamacpp_backend import read_gguf_header
 
-    fields = gguf_lib.GGUFReader(str(gguf)).fields
+    meta = read_gguf_header(gguf).metadata  # scalar keys only: no parse of the vocabulary (gguf.GGUFReader: ~5 s)
     for key, attr in (("tokenizer.ggml.eos_token_id", "eos_token"),
                       ("tokenizer.ggml.padding_token_id", "pad_token")):
-        if key in fields:
-            tid = int(fields[key].contents())
+        if key in meta:
+            tid = int(meta[key])
             setattr(tok, attr, tok.convert_ids_to_tokens(tid))
 
 

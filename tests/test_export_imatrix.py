@@ -32,19 +32,30 @@ def wide(tmp_path_factory):
     return model, AutoTokenizer.from_pretrained(str(folder)), folder, f16
 
 
+# Both read the file through the project's header reader: gguf.GGUFReader parses every metadata field in Python
+# first (the tokenizer's 49,152 tokens and merges, ~5 s a file, most of this module's time).
 def _tensors(path):
     import gguf
     from gguf.quants import dequantize
 
-    return {t.name: (t.tensor_type, dequantize(t.data, t.tensor_type).reshape(-1, int(t.shape[0])))
-            for t in gguf.GGUFReader(str(path)).tensors if t.name.startswith("blk.")}  # the embeddings: slow, never weighed
+    from mags_lib.backends.llamacpp_backend import read_gguf_header
+
+    header, raw = read_gguf_header(path), np.memmap(path, dtype=np.uint8, mode="r")
+    out = {}
+    for name, shape, ggml_type, offset in header.tensors:
+        if name.startswith("blk."):  # the embeddings: slow, never weighed
+            qt = gguf.GGMLQuantizationType(ggml_type)
+            block, size = gguf.GGML_QUANT_SIZES[qt]
+            at = header.data_offset + offset
+            data = np.array(raw[at:at + int(np.prod(shape)) // block * size])
+            out[name] = (qt, dequantize(data, qt).reshape(-1, int(shape[0])))
+    return out
 
 
 def _fields(path):
-    import gguf
+    from mags_lib.backends.llamacpp_backend import read_gguf_header
 
-    r = gguf.GGUFReader(str(path))
-    return {k: r.fields[k].contents() for k in r.fields if k.startswith("quantize.")}
+    return {k: v for k, v in read_gguf_header(path).metadata.items() if k.startswith("quantize.")}
 
 
 def test_importance_is_the_mean_squared_input_of_each_projection(wide):
