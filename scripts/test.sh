@@ -16,4 +16,9 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
 bash scripts/setup_env.sh
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 HF_DATASETS_OFFLINE=1
+# The suite starts many Python processes (workers, notebook kernels, worker pools) that import the library:
+# with PYTHONDONTWRITEBYTECODE set (these machines set it) each compiled mags_lib's sources again (0.4 s of the
+# 1.3 s that importing its agent, training, game, textworld, export and consolidation modules takes, measured).
+# Bytecode goes to __pycache__/ folders, which git ignores.
+unset PYTHONDONTWRITEBYTECODE
 exec "${MAGS_VENV:-$ROOT/.venv}/bin/python" -m pytest -n 2 --dist loadfile --no-loadscope-reorder --durations=25 "$@"
