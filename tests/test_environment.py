@@ -71,3 +71,43 @@ def test_scripts_keep_the_hub_offline():
         text = (ROOT / "scripts" / script).read_text()
         for var in ("HF_HUB_OFFLINE=1", "TRANSFORMERS_OFFLINE=1", "HF_DATASETS_OFFLINE=1"):
             assert var in text, f"{script} does not set {var}"
+
+
+_CPUINFO = """processor\t: {n}
+vendor_id\t: AuthenticAMD
+cpu MHz\t\t: {mhz}
+flags\t\t: {flags}
+bogomips\t: 4890.81
+
+"""
+
+
+def _cpu_key(tmp_path: Path, name: str, *processors: tuple[str, str]) -> str:
+    import os
+    import subprocess
+
+    info = tmp_path / name
+    info.write_text("".join(_CPUINFO.format(n=i, mhz=mhz, flags=flags) for i, (mhz, flags) in enumerate(processors)))
+    out = subprocess.run(["bash", str(ROOT / "scripts" / "cpu_key.sh")], capture_output=True, text=True, check=True,
+                         env={**os.environ, "MAGS_CPUINFO": str(info)})
+    return out.stdout.strip()
+
+
+def test_cpu_key_follows_the_instruction_sets_only(tmp_path):
+    avx2 = "fpu sse sse2 ssse3 sse4_1 sse4_2 avx avx2 fma"
+    key = _cpu_key(tmp_path, "a", ("2445.4", avx2))
+    assert re.fullmatch(r"[0-9a-f]{8}", key), key
+    # another clock speed, more cores, the flags in another order: the same kind of CPU
+    assert _cpu_key(tmp_path, "b", ("3100.0", " ".join(reversed(avx2.split()))), ("2000.1", avx2)) == key
+    # AVX-512 added, or AVX2 taken away: another wheel (a -march=native build would crash or run slower)
+    assert _cpu_key(tmp_path, "c", ("2445.4", avx2 + " avx512f avx512bw")) != key
+    assert _cpu_key(tmp_path, "d", ("2445.4", avx2.replace(" avx2", ""))) != key
+
+
+def test_setup_keys_the_llama_cpp_wheel_and_its_stamp_by_the_cpu():
+    setup = (ROOT / "scripts" / "setup_env.sh").read_text()
+    assert re.search(r'^CPU_KEY="\$\(bash "\$ROOT/scripts/cpu_key\.sh"\)"$', setup, re.M)
+    assert re.search(r"^llama_dir=.*-cpu-\$CPU_KEY\"$", setup, re.M), "the wheel folder must name the CPU key"
+    stamp = re.search(r"^stamp_key=(.*)$", setup, re.M).group(1)
+    assert "$CPU_KEY" in stamp, "an environment moved to another kind of CPU must be set up again"
+    assert setup.index("CPU_KEY=") < setup.index("stamp_key=")
