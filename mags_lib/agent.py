@@ -34,6 +34,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from . import protocol as P
 
 __all__ = [
@@ -180,10 +182,18 @@ class MAGSConfig:
                              f"longest output (max_new_tokens_*): at least {need}")
         if not isinstance(self.backend_kwargs, dict):
             raise TypeError(f"backend_kwargs must be a dict, got {type(self.backend_kwargs).__name__}")
+        object.__setattr__(self, "backend_kwargs", _plain_kwargs(self.backend_kwargs))
         if self.n_threads is not None and self.n_threads < 1:
             raise ValueError(f"n_threads must be None or >= 1, got {self.n_threads}")
+        if isinstance(self.dynamics, np.bool_):
+            object.__setattr__(self, "dynamics", bool(self.dynamics))
         if not isinstance(self.dynamics, (bool, dict, list, tuple, set, frozenset)):
             raise TypeError("dynamics must be a bool, a {switch: bool} dict or a list of switch names")
+        if isinstance(self.dynamics, dict):  # saved with the memory: plain bools only ("false" would be true)
+            for k, v in self.dynamics.items():
+                if not isinstance(v, (bool, np.bool_)):
+                    raise TypeError(f"dynamics[{k!r}] must be True or False, got {v!r}")
+            object.__setattr__(self, "dynamics", {k: bool(v) for k, v in self.dynamics.items()})
         if self.graph is not None:
             from .graph import GraphConfig
 
@@ -241,6 +251,26 @@ class MAGSConfig:
                 raise TypeError(f"graph must be a GraphConfig dict or null, got {d['graph']!r:.60}")
             d["graph"] = GraphConfig.from_dict(d["graph"])
         return cls(**d)
+
+
+def _plain_kwargs(kw: dict) -> dict:
+    """``backend_kwargs`` as plain JSON values (they are saved with the memory): numpy scalars become Python
+    numbers, paths strings; anything else that JSON cannot hold is refused, naming its key."""
+    out = {}
+    for k, v in kw.items():
+        if not isinstance(k, str):
+            raise TypeError(f"backend_kwargs keys must be strings (keyword names), got {k!r}")
+        if isinstance(v, np.generic):
+            v = v.item()
+        elif isinstance(v, os.PathLike):
+            v = os.fspath(v)
+        try:
+            json.dumps(v, allow_nan=False)
+        except (TypeError, ValueError) as exc:
+            raise TypeError(f"backend_kwargs[{k!r}] = {v!r:.80} cannot be saved with the memory ({exc}): pass plain "
+                            "JSON values (numbers, strings, booleans, None, lists and dicts of them)") from None
+        out[k] = v
+    return out
 
 
 def _dynamics_bools() -> list[str]:
@@ -992,9 +1022,9 @@ class MAGS:
         Parameters
         ----------
         question : str
-        time : str, optional
-            When the question is asked; recorded on the returned :class:`Answer` (``.time``), not
-            given to the models.
+        time : str, date or datetime, optional
+            When the question is asked; recorded on the returned :class:`Answer` (``.time``, as
+            :meth:`observe` records times: an ISO string), not given to the models.
         k : int, optional
             Items recalled (default ``config.recall_k``).
         recall : bool
@@ -1009,8 +1039,13 @@ class MAGS:
         """
         import time as _time
 
+        from .graph.values import clean_time
+
         t0 = _time.perf_counter()
         question = self._check_text(question)
+        if not isinstance(recall, (bool, np.bool_)):
+            raise TypeError(f"recall must be True or False, got {recall!r}")
+        time = clean_time(time)  # as observe() records it: an ISO string, or the text given
         c = self.config
         if not recall:
             return self._ask_closed_book(question, time, t0)
@@ -1150,7 +1185,12 @@ class MAGS:
 
         Only the graph memory learns; the other memory modes are static (nothing changes).
         """
+        if not isinstance(answer, Answer):
+            raise TypeError(f"feedback needs the Answer returned by ask(), got {type(answer).__name__}")
         if self.config.memory == "graph":
+            if answer.recall is None:
+                raise ValueError("this answer recalled nothing (closed book: ask(..., recall=False), or a consolidated "
+                                 "answer without memory): there are no memory paths to reinforce")
             self.graph.reinforce(answer.recall, reward=reward)
 
     def maintain(self) -> Any:
@@ -1202,16 +1242,23 @@ class MAGS:
 
     @classmethod
     def load(cls, path: str | Path, *, embedder: Any = None, backends: dict | None = None,
-             **overrides: Any) -> MAGS:
+             consolidated: Any = "saved", **overrides: Any) -> MAGS:
         """Load a folder written by :meth:`save`; keywords override configuration fields.
 
-        ``backends`` (``{role: Backend}``) reuses already loaded models. An interrupted save is
-        completed or undone first. A corrupt, hand-edited or foreign ``mags.json`` raises
+        ``embedder`` is a loaded embedder to reuse, or an embedder name (the config field, e.g.
+        ``"hash"``). ``backends`` (``{role: Backend}``) reuses already loaded models. ``consolidated``:
+        ``"saved"`` serves the consolidation adapter the save names (a missing one raises, saying so),
+        ``None`` loads the memory without it, a folder serves that adapter instead. An interrupted save
+        is completed or undone first. A corrupt, hand-edited or foreign ``mags.json`` raises
         :class:`MAGSFormatError` naming the file and the field (to change settings, pass overrides
         instead of editing the file).
         """
         from .graph import LiquidGraph, atomic
 
+        if isinstance(embedder, str):  # a name: the config field, not a loaded embedder
+            overrides["embedder"], embedder = embedder, None
+        if not (consolidated is None or consolidated == "saved" or isinstance(consolidated, (str, os.PathLike))):
+            raise TypeError(f"consolidated must be 'saved', None or an adapter folder, got {consolidated!r}")
         path = Path(path)
         root = atomic.recover(path, is_save=_is_mags_save) if not path.is_file() else None
         meta = (root or path) / "mags.json"
@@ -1235,14 +1282,21 @@ class MAGS:
         m.n_asks = state["n_asks"]
         m._turn = state["turn"]
         m.memory_tokens = list(state["memory_tokens"])
-        if state.get("consolidated") is not None:
-            m.set_consolidated(state["consolidated"])
+        adapter = state.get("consolidated") if consolidated == "saved" else consolidated
+        if adapter is not None:
+            try:
+                m.set_consolidated(adapter)
+            except FileNotFoundError as e:
+                if consolidated != "saved":
+                    raise
+                raise FileNotFoundError(f"{meta} names the consolidation adapter {adapter}, which is not there any "
+                                        f"more ({e}): put the folder back, or load the memory without it with "
+                                        "MAGS.load(path, consolidated=None), or with another adapter with "
+                                        "consolidated=<folder>") from None
         return m
 
     def stats(self) -> dict:
         """Graph statistics plus turn counts, memory tokens per query and turn latencies."""
-        import numpy as np
-
         out = dict(self.graph.stats())
         out.update(n_observations=self.n_observations, n_asks=self.n_asks)
         if self.memory_tokens:
@@ -1298,4 +1352,8 @@ def _read_mags_json(meta: Path) -> dict:
     if not isinstance(mt, list) or not all(isinstance(x, int) and not isinstance(x, bool) for x in mt):
         raise MAGSFormatError(f"{meta}: field 'memory_tokens' must be a list of integers")
     state["memory_tokens"] = mt
+    ad = state.get("consolidated")
+    if ad is not None and (not isinstance(ad, str) or not ad.strip()):
+        raise MAGSFormatError(f"{meta}: field 'consolidated' must be an adapter folder (a path string) or null, "
+                              f"got {ad!r:.60}")
     return state

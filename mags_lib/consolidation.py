@@ -482,7 +482,14 @@ def check_adapter_fits(adapter_dir: str | Path, m: Any) -> None:
     record = Path(adapter_dir) / "consolidation.json"
     if not record.is_file():
         return
-    was = json.loads(record.read_text()).get("answer_adapter")
+    try:
+        info = json.loads(record.read_text())
+        if not isinstance(info, dict):
+            raise ValueError(f"a JSON object was expected, got {type(info).__name__}")
+    except ValueError as e:  # JSONDecodeError is a ValueError
+        raise ValueError(f"{record} is not a consolidation record ({e}): the adapter folder is damaged; "
+                         "consolidate again, or restore the folder from a copy") from None
+    was = info.get("answer_adapter")
     now, sha = _answer_adapter(m)
     same = (was is None and now is None) or (was is not None and now is not None
                                              and was.get("sha256") == _adapter_identity(now, sha)["sha256"])

@@ -131,7 +131,9 @@ def _max_new(cfg: EvalConfig, spec: PromptSpec) -> int:
 def _load_cached(path: Path, key: str) -> list[dict] | None:
     if not path.exists():
         return None
-    lines = path.read_text().splitlines()
+    from .repro import jsonl_lines
+
+    lines = jsonl_lines(path.read_text())
     if not lines:
         return None
     try:

@@ -108,6 +108,16 @@ def atomic_write_text(path: Path | str, text: str) -> Path:
     return path
 
 
+def jsonl_lines(text: str) -> list[str]:
+    """The records of a JSON-lines text, blank lines left out: split on ``"\\n"`` only.
+
+    ``str.splitlines`` also splits on U+2028, U+2029, U+0085 and the other separators that
+    ``json.dumps(..., ensure_ascii=False)`` leaves raw inside strings, which would cut a record holding
+    such a character (a model's output, an observed text) in two.
+    """
+    return [ln for ln in text.split("\n") if ln.strip()]
+
+
 def _jsonable(x: Any) -> Any:
     if isinstance(x, dict):
         return {str(k): _jsonable(v) for k, v in x.items()}

@@ -227,3 +227,125 @@ def test_scripted_backend_matches_generation_fields():
     names = {f.name for f in dataclasses.fields(Generation)}
     assert {"text", "n_prompt_tokens", "n_new_tokens", "seconds"} <= names
     assert math.isfinite(ScriptedBackend(["x"]).generate([[]])[0].seconds)
+
+
+# -- found by an audit of the public API (2026-12-07): accepted must mean savable, refused must say why --
+LINE_BREAKERS = "\u2028\u2029\x85\x1c\x1d\x1e\x0b\x0c"  # str.splitlines() splits on each; "\n" is not among them
+
+
+def test_line_separator_characters_round_trip(tmp_path):
+    """``json.dumps(ensure_ascii=False)`` leaves U+2028 / U+2029 / U+0085 raw in the operation log; a reader
+    that splits it with ``splitlines()`` cut such a record in two, and the save no longer loaded."""
+    g = graph()
+    for i, ch in enumerate(LINE_BREAKERS):
+        ep = g.add_episode(f"Eve moved to Paris.{ch}She loves it.", source=f"L{i}")
+        g.engram([(f"Eve{ch}", "lives in", f"Par{ch}is")], episode=ep)
+    h = round_trip(g, tmp_path / "g")
+    assert sum(ch in h.node(f"ep{i}")["text"] for i in np.flatnonzero(h.nodes.kind == 1) for ch in LINE_BREAKERS) \
+        == len(LINE_BREAKERS)
+    m = scripted_agent(["<memory_write>blorps,live in,trees</memory_write>"] * 2)
+    m.observe("Blorps eat frozen lemons.")
+    m.save(tmp_path / "m")
+    m.observe("Eve moved to Paris.\u2028She loves it.\x85")
+    m2 = MAGS.load(m.save(tmp_path / "m"), embedder=EMB, backends=m._role_backend)
+    assert m2.graph.equals(m.graph)
+
+
+def test_jsonl_records_keep_their_line_separators():
+    from mags_lib.repro import jsonl_lines
+
+    recs = [{"output": f"a{ch}b"} for ch in LINE_BREAKERS] + [{"output": "c"}]
+    text = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in recs) + "\n"
+    assert [json.loads(x) for x in jsonl_lines(text)] == recs
+
+
+def test_dynamics_switches_take_plain_bools_only(tmp_path):
+    c = MAGSConfig(embedder="hash", dynamics={"game_of_life": np.bool_(False)})
+    assert c.dynamics == {"game_of_life": False} and type(c.dynamics["game_of_life"]) is bool
+    assert c.graph_config().dynamics.game_of_life is False
+    json.dumps(c.to_dict())
+    assert MAGSConfig(embedder="hash", dynamics=np.bool_(False)).dynamics is False
+    for bad in ("false", 0, None):  # bool("false") is True: the switch would silently turn on
+        with pytest.raises(TypeError, match=r"dynamics\['game_of_life'\] must be True or False"):
+            MAGSConfig(embedder="hash", dynamics={"game_of_life": bad})
+
+
+def test_backend_kwargs_become_plain_json_or_are_refused_by_name(tmp_path):
+    c = MAGSConfig(embedder="hash", backend_kwargs={"n_batch": np.int64(256), "lora_path": tmp_path,
+                                                    "rope_freq_scale": np.float32(0.5), "flash": np.bool_(True)})
+    assert c.backend_kwargs == {"n_batch": 256, "lora_path": str(tmp_path), "rope_freq_scale": 0.5, "flash": True}
+    assert [type(v) for v in c.backend_kwargs.values()] == [int, str, float, bool]
+    assert MAGSConfig.from_dict(json.loads(json.dumps(c.to_dict()))) == c
+    for bad in (float("nan"), object(), {1, 2}):
+        with pytest.raises(TypeError, match=r"backend_kwargs\['x'\].*cannot be saved"):
+            MAGSConfig(embedder="hash", backend_kwargs={"x": bad})
+    with pytest.raises(TypeError, match="keys must be strings"):
+        MAGSConfig(embedder="hash", backend_kwargs={1: 2})
+
+
+def test_graph_config_string_sets_are_cleaned_like_every_text(tmp_path):
+    from mags_lib.graph import GraphConfig
+    from mags_lib.graph.config import RecallConfig
+
+    cfg = GraphConfig(recall=RecallConfig(past_markers=frozenset({"b\udce9fore", "used to"})))
+    assert cfg.recall.past_markers == frozenset({"b\ufffdfore", "used to"})
+    m = scripted_agent(["<memory_write>blorps,eat,lemons</memory_write>"], graph=cfg)
+    m.observe("Blorps eat lemons.")
+    m2 = MAGS.load(m.save(tmp_path / "m"), embedder=EMB, backends=m._role_backend)
+    assert m2.config.graph.recall.past_markers == cfg.recall.past_markers
+
+
+def test_load_takes_an_embedder_name_as_the_config_field(tmp_path):
+    b = ScriptedBackend(["<memory_write>blorps,eat,lemons</memory_write>"])
+    m = MAGS(MAGSConfig(embedder="hash-32"), backends={r: b for r in ("ask", "write", "answer", "router")})
+    m.observe("Blorps eat lemons.")
+    p = m.save(tmp_path / "m")
+    m2 = MAGS.load(p, embedder="hash-32", backends=m._role_backend)
+    assert m2.config.embedder == "hash-32" and m2.graph.equals(m.graph)
+    with pytest.raises(ValueError, match="saved with 32-d embeddings"):  # the name overrides the saved field
+        MAGS.load(p, embedder="hash", backends=m._role_backend)
+
+
+def test_a_save_whose_consolidation_adapter_moved_says_how_to_load_it(tmp_path):
+    ad = tmp_path / "adapter"
+    ad.mkdir()
+    (ad / "adapter_config.json").write_text("{}")
+    m = scripted_agent(["<memory_write>blorps,eat,lemons</memory_write>"])
+    m.observe("Blorps eat lemons.")
+    m.set_consolidated(ad)
+    p = m.save(tmp_path / "m")
+    (ad / "adapter_config.json").unlink()
+    with pytest.raises(FileNotFoundError, match=r"names the consolidation adapter .*consolidated=None"):
+        MAGS.load(p, embedder=EMB, backends=m._role_backend)
+    m2 = MAGS.load(p, embedder=EMB, backends=m._role_backend, consolidated=None)
+    assert m2.consolidated is None and m2.graph.equals(m.graph)
+    with pytest.raises(TypeError, match="consolidated must be"):
+        MAGS.load(p, embedder=EMB, backends=m._role_backend, consolidated=3)
+    (ad / "adapter_config.json").write_text("{}")
+    (ad / "consolidation.json").write_text("{trunc")
+    with pytest.raises(ValueError, match=r"consolidation\.json is not a consolidation record"):
+        MAGS.load(p, embedder=EMB, backends=m._role_backend)
+
+
+def test_feedback_and_ask_check_their_arguments():
+    import datetime as dt
+
+    import pandas as pd
+
+    m = scripted_agent(["<memory_write>blorps,eat,lemons</memory_write>", "", "lemons", "lemons"])
+    m.observe("Blorps eat lemons.")
+    recalled = m.graph.recall("blorps", k=2)  # recall touches the memory: before it is taken
+    before = m.graph.stats()
+    for bad in ("lemons", recalled):
+        with pytest.raises(TypeError, match="feedback needs the Answer returned by ask"):
+            m.feedback(bad)
+    with pytest.raises(ValueError, match="recalled nothing"):
+        m.feedback(m.ask("What do blorps eat?", recall=False))
+    with pytest.raises(TypeError, match="recall must be True or False"):
+        m.ask("What do blorps eat?", recall="no")
+    with pytest.raises(TypeError, match="time must be a date"):
+        m.ask("What do blorps eat?", time=123)
+    with pytest.raises(ValueError, match="NaT"):
+        m.observe("Blorps moved.", time=pd.NaT)
+    assert m.graph.stats() == before
+    assert m.ask("What do blorps eat?", time=dt.date(2023, 5, 8)).time == "2023-05-08"

@@ -328,6 +328,7 @@ def rewrite_mags_json(p, edit):
     (lambda s: s["config"].update(bogus=1), "bogus"),
     (lambda s: s.pop("config"), "config"),
     (lambda s: s.update(version="2"), "version"),
+    (lambda s: s.update(consolidated=5), "consolidated"),
 ])
 def test_hand_broken_mags_json_names_the_field(tmp_path, edit, field):
     p = agent(graph_a()).save(tmp_path / "m")

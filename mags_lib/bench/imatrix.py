@@ -23,6 +23,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from ..metrics import op_f1_difference
+from ..repro import jsonl_lines
 
 __all__ = ["op_f1_difference", "run"]
 
@@ -72,7 +73,7 @@ def run(role: str, run_tag: str, *, rows: Sequence[int] = (0, 128), n_prompts: i
         row["rel_rms_error_blocks"] = errors.get(row["label"])
     paired = {}
     if role in ("ask", "write"):
-        lines = (work / f"parity_{role}.jsonl").read_text().splitlines()
+        lines = jsonl_lines((work / f"parity_{role}.jsonl").read_text())
         per = [json.loads(x) for x in lines[1:]]
         golds = [e["gold"] for e in per]
         scored = {label: metrics.evaluate_predictions([e[label] for e in per], golds, role).per_example

@@ -308,8 +308,8 @@ def rescore(jsonl: str | os.PathLike, *, embedder: str = "minilm") -> dict:
     :func:`mags_lib.export.parity`), scored again with ``embedder``: label -> figures."""
     from ..export.parity import _role_metrics
 
-    lines = Path(jsonl).read_text().splitlines()
-    head, rows = json.loads(lines[0]), [json.loads(x) for x in lines[1:] if x.strip()]
+    lines = repro.jsonl_lines(Path(jsonl).read_text())
+    head, rows = json.loads(lines[0]), [json.loads(x) for x in lines[1:]]
     role = head["role"]
     if role == "answer":
         raise ValueError("answer outputs are scored by aliases, which the parity file does not keep: "

@@ -157,7 +157,9 @@ def coerce_fields(obj) -> None:
                 raise TypeError(f"{where} must be a collection of strings, got {v!r}")
             if not all(isinstance(x, str) for x in v):
                 raise TypeError(f"{where} must hold strings only, got {sorted(map(repr, v))}")
-            v = frozenset(v)
+            from .values import clean_text  # lone surrogates -> U+FFFD, as every other text: the config is saved
+
+            v = frozenset(clean_text(x, where, allow_empty=True) for x in v)
         object.__setattr__(obj, name, v)
 
 

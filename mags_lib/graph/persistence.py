@@ -405,7 +405,9 @@ def graph_from_files(files: Mapping, embedder, config: GraphConfig | None = None
     except UnicodeDecodeError as exc:
         raise _fail(where, f"oplog.jsonl is not UTF-8 text ({exc})") from exc
     oplog = []
-    for i, line in enumerate(log_text.splitlines()):
+    # "\n" only: splitlines() also splits on U+2028 / U+2029 / U+0085, which the writer's ensure_ascii=False leaves
+    # raw inside an observed text's string
+    for i, line in enumerate(log_text.split("\n")):
         if not line.strip():
             continue
         try:

@@ -62,7 +62,10 @@ def clean_time(value: object, name: str = "time") -> str | None:
     if value is None:
         return None
     if isinstance(value, (_dt.date, _dt.time)):  # datetime is a date; pandas Timestamp is a datetime
-        return value.isoformat()
+        iso = value.isoformat()
+        if iso == "NaT":  # pandas' NaT is a datetime too
+            raise ValueError(f"{name} is NaT (not a time)")
+        return iso
     if isinstance(value, np.datetime64):
         if np.isnat(value):
             raise ValueError(f"{name} is NaT (not a time)")

@@ -35,6 +35,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..repro import jsonl_lines
 from .config import OBJECTIVES, TrainConfig, profile_config, with_objective
 
 __all__ = ["Variant", "evaluate_variant", "findings", "heldout_outcome", "ops_per_input", "paired_with", "plot_signal",
@@ -122,13 +123,13 @@ def _outcome_key(role: str, backend, prompt, rows: Sequence[dict], *, profile: s
 def _prediction_records(path: str | Path) -> list[dict]:
     """The records of an evaluation's ``predictions_<set>_<mode>.jsonl`` (its first line, the cache header,
     skipped)."""
-    return [json.loads(x) for x in Path(path).read_text().splitlines()[1:] if x.strip()]
+    return [json.loads(x) for x in jsonl_lines(Path(path).read_text())[1:]]
 
 
 def _outcome_records(path: Path) -> list[dict]:
     """The per-scenario records of a ``heldout_outcome.jsonl`` (its cache header skipped; files written
     before the header have none)."""
-    lines = [x for x in path.read_text().splitlines() if x.strip()]
+    lines = jsonl_lines(path.read_text())
     recs = [json.loads(x) for x in lines]
     return [r for r in recs if "cache_key" not in r]
 
@@ -162,7 +163,7 @@ def heldout_outcome(role: str, backend, prompt, *, profile: str = "default", see
     path = None if out is None else Path(out) / "heldout_outcome.jsonl"
     if path is not None and path.is_file():
         try:
-            recs = [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
+            recs = [json.loads(x) for x in jsonl_lines(path.read_text())]
         except json.JSONDecodeError:
             recs = []
         if recs and recs[0].get("cache_key") == key:

@@ -18,6 +18,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from ..repro import jsonl_lines
 from .layout import run_dir
 
 __all__ = ["PRIMARY_METRIC", "evaluate_run", "example_table", "plot_curves", "read_log", "stage_comparison"]
@@ -201,7 +202,7 @@ def example_table(out_dir: str | Path, *, stages: Sequence[str] = ("base", "sft"
             files = [f for f in files if f.name == f"predictions_{set_name}_free.jsonl"]
         if not files:
             continue
-        lines = files[0].read_text().splitlines()[1:]
+        lines = jsonl_lines(files[0].read_text())[1:]
         preds[stage] = {d["id"]: d for d in map(json.loads, lines)}
     if not preds:
         return pd.DataFrame()
