@@ -810,6 +810,10 @@ def _load_state(path: Path) -> dict | None:
                             "tag afresh") from None
     if not isinstance(state, dict) or "notebooks" not in state:
         raise PipelineError(f"{path} is not a pipeline state file; choose another run tag")
+    runs = state["notebooks"]
+    if not isinstance(runs, dict) or not all(isinstance(r, dict) for r in runs.values()):
+        raise PipelineError(f"{path}: field 'notebooks' must map each run to its record (an object); move the "
+                            "file away to start the run tag afresh, or choose another run tag")
     return state
 
 
@@ -1578,10 +1582,28 @@ def _describe_notebooks(nbs: Sequence[NotebookInfo], specs: Mapping[str, dict],
     return "\n".join(lines)
 
 
+class _Terminated(KeyboardInterrupt):
+    """SIGTERM (``kill``, a batch system's time limit), handled as Ctrl-C: the running notebooks are
+    stopped and recorded as interrupted, finished ones kept."""
+
+
+def _on_sigterm(signum: int, frame: Any) -> None:
+    raise _Terminated()
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """Command-line entry point; returns the exit status (0 ok, 1 a notebook failed, 2 bad usage)."""
+    """Command-line entry point; returns the exit status (0 ok, 1 a notebook failed, 2 bad usage,
+    130 interrupted, 143 terminated)."""
+    import signal
+
     args = _build_parser().parse_args(argv)
-    only = [k for k in args.only.split(",") if k.strip()] if args.only else None
+    only = [k.strip() for k in args.only.split(",") if k.strip()] if args.only is not None else None
+    if only == []:  # an empty --only (e.g. an unset shell variable) must not mean "every notebook"
+        print(f"error: --only {args.only!r} names no notebook; give numbers or names, e.g. --only 40 or "
+              "--only 10,20 (leave --only out to run every notebook)", file=sys.stderr)
+        return 2
+    in_main = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, _on_sigterm) if in_main else None
     try:
         if args.list:
             all_nbs = discover_notebooks(args.notebooks_dir)
@@ -1603,9 +1625,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     except PipelineError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        print("\ninterrupted; finished notebooks are kept", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as exc:
+        how = "terminated (SIGTERM)" if isinstance(exc, _Terminated) else "interrupted"
+        print(f"\n{how}; finished notebooks are kept, the running ones recorded as interrupted", file=sys.stderr)
+        return 143 if isinstance(exc, _Terminated) else 130
+    except OSError as exc:  # an output folder that is a file, unwritable, on a missing device...
+        print(f"error: {exc.strerror or exc} ({exc.filename or ''}): the results folder must be a writable "
+              f"directory; choose another with --results-root", file=sys.stderr)
+        return 2
+    finally:
+        if in_main:
+            signal.signal(signal.SIGTERM, previous)
     rows = [(n, r.get("status"), r.get("wall_time_s"), r.get("peak_mem_mb"))
             for n, r in state["notebooks"].items()]
     print(f"\nrun tag {state['run_tag']} ({state['profile']}): "

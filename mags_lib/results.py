@@ -452,8 +452,15 @@ def collect(run_tag: str, results_root: Path | str | None = None, notebooks_dir:
     root = Path(results_root) if results_root is not None else pipeline.default_results_root()
     run = root / run_tag
     state_path = run / "pipeline.json"
-    state = json.loads(state_path.read_text()) if state_path.exists() else {}
-    runs = state.get("notebooks", {})
+    try:
+        state = json.loads(state_path.read_text()) if state_path.exists() else {}
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{state_path} is not valid JSON ({exc}): the pipeline's state of run {run_tag!r} "
+                         "is damaged; run the pipeline again, or move the file away") from None
+    runs = state.get("notebooks", {}) if isinstance(state, dict) else None
+    if not isinstance(runs, dict) or not all(isinstance(r, dict) for r in runs.values()):
+        raise ValueError(f"{state_path} is not a pipeline state file (its 'notebooks' must map each run to a "
+                         "record)")
     stages = _expected_stages(Path(notebooks_dir) if notebooks_dir else None)
     found = sorted(str(p.parent.relative_to(run)) for p in run.glob("*/**/metrics.json")) if run.is_dir() else []
     found = [s for s in found if _STAGE_RE.match(s.split("/")[0]) and not s.startswith("90_")
@@ -466,10 +473,18 @@ def collect(run_tag: str, results_root: Path | str | None = None, notebooks_dir:
         mpath = run / stage / "metrics.json"
         row = {"stage": stage, "status": "missing", "reason": None, "wall_time_s": pr.get("wall_time_s"),
                "peak_mem_mb": pr.get("peak_mem_mb"), "n_records": 0, "command": _run_command(stage, run_tag)}
+        stale = " (the metrics.json there is an earlier run's: left out)" if mpath.exists() else ""
         if pr.get("status") == "failed":
             err = pr.get("error") or {}
             row.update(status="failed", reason=(f"{err.get('ename')}: {err.get('evalue')} (cell {err.get('cell_index')})"
                                                 if isinstance(err, dict) and err else "failed (see pipeline.json)"))
+        elif pr.get("status") == "interrupted":  # a rerun stopped part-way: what is on disk is not this run's
+            row["reason"] = (f"interrupted: stopped before the notebook finished (started {pr.get('started_at')})"
+                             f"{stale}; run it again")
+        elif pr.get("status") == "running":
+            row["reason"] = (f"interrupted: its runner (pid {pr['runner']['pid']}) stopped before the notebook "
+                             f"finished (started {pr.get('started_at')}){stale}; run it again" if _runner_gone(pr)
+                             else f"running now (started {pr.get('started_at')}){stale}")
         elif mpath.exists():
             try:
                 doc = read_metrics(mpath)
@@ -482,9 +497,6 @@ def collect(run_tag: str, results_root: Path | str | None = None, notebooks_dir:
                 rec_rows += [{"stage": stage, **r} for r in doc["records"]]
         elif stage in NO_METRICS and (pr.get("status") == "done" or (run / stage / "meta.json").exists()):
             row.update(status="no metrics", reason=NO_METRICS[stage])
-        elif pr.get("status") == "running" and _runner_gone(pr):
-            row["reason"] = (f"interrupted: its runner (pid {pr['runner']['pid']}) stopped before the notebook "
-                             f"finished (started {pr.get('started_at')}); run it again")
         elif pr.get("status"):
             row["reason"] = f"pipeline status {pr['status']!r}, no metrics.json"
         rows.append(row)
@@ -687,12 +699,36 @@ def main(argv: Sequence[str] | None = None) -> int:
     r.add_argument("--check", action="store_true",
                    help="only compare the README block with reports/<run_tag>.json; exit 1 with a diff")
     a = p.parse_args(argv)
+    try:
+        return _readme_command(a)
+    except (OSError, ValueError, KeyError, TypeError) as exc:  # JSONDecodeError is a ValueError
+        what = f"{exc.strerror}: {exc.filename}" if isinstance(exc, OSError) and exc.filename else str(exc)
+        print(f"error: {what}", file=sys.stderr)
+        return 2
+
+
+def _readme_command(a: argparse.Namespace) -> int:
+    from mags_lib import pipeline
+
+    try:
+        pipeline._check_run_tag(a.run_tag)
+    except pipeline.PipelineError as exc:
+        raise ValueError(str(exc)) from None
     report = Path(a.reports_dir) / f"{a.run_tag}.json"
+    _split_readme(Path(a.readme).read_text(), Path(a.readme))  # its block exists before anything is written
     if a.check:
         if not report.exists():
             print(f"no {report}: make it with python -m mags_lib.results readme --run-tag {a.run_tag}", file=sys.stderr)
             return 2
-        diff = update_readme(a.readme, json.loads(report.read_text()), check=True)
+        try:
+            data = json.loads(report.read_text())
+            if not isinstance(data, dict) or data.get("format") != FORMAT:
+                raise ValueError(f"format {data.get('format') if isinstance(data, dict) else type(data).__name__!r}")
+            render_readme_block(data)
+        except (ValueError, KeyError, TypeError) as exc:
+            raise ValueError(f"{report} is not a report of python -m mags_lib.results ({exc}); make it again with "
+                             f"python -m mags_lib.results readme --run-tag {a.run_tag}") from None
+        diff = update_readme(a.readme, data, check=True)
         if diff:
             print(f"{a.readme}: results block differs from {report}; regenerate it with "
                   f"python -m mags_lib.results readme --run-tag {a.run_tag}\n{diff}", file=sys.stderr)
@@ -700,6 +736,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"{a.readme}: results block matches {report}")
         return 0
     data = report_data(a.run_tag, a.results_root)
+    run = (Path(a.results_root) if a.results_root is not None else pipeline.default_results_root()) / a.run_tag
+    if not any(s["status"] != "missing" for s in data["status"]):  # a typo'd tag, or a fresh clone's empty results
+        raise ValueError(f"run {a.run_tag!r} has no results at {run} (no stage finished, failed or was skipped), so "
+                         f"{report} and the README block are left as they are; run the pipeline first "
+                         f"(bash scripts/main.sh --run-tag {a.run_tag}), or check the committed block with --check")
     repro.atomic_write_text(report, json.dumps(data, indent=1) + "\n")
     update_readme(a.readme, data)
     print(f"wrote {report} ({len(data['records'])} records, {len(data['status'])} stages) and {a.readme}")

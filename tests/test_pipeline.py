@@ -795,6 +795,35 @@ def test_a_bad_needs_entry_is_an_error_before_anything_runs(tmp_path, capsys, ne
     assert not (root / "smoke" / "pipeline.json").exists()
 
 
+@pytest.mark.parametrize("only", ["", ",", " , "])
+def test_an_empty_only_is_an_error_not_every_notebook(tmp_path, capsys, only):
+    """``--only "$NB"`` with the variable unset must not start the whole default profile."""
+    nbs = tmp_path / "nbs"
+    write_nb(nbs / "00_a.ipynb", "", "x = 1")
+    root = tmp_path / "results"
+    for extra in ([], ["--list"]):
+        rc = pipeline.main(["--notebooks-dir", str(nbs), "--results-root", str(root), "--profile", "smoke",
+                            "--no-progress", "--only", only, *extra])
+        assert rc == 2 and "names no notebook" in capsys.readouterr().err
+    assert not root.exists()
+
+
+def test_an_unusable_results_folder_is_a_clear_error(tmp_path, capsys):
+    nbs = tmp_path / "nbs"
+    write_nb(nbs / "00_a.ipynb", "", "x = 1")
+    afile = tmp_path / "afile"
+    afile.write_text("not a folder")
+    rc = pipeline.main(["--notebooks-dir", str(nbs), "--results-root", str(afile), "--profile", "smoke",
+                        "--no-progress"])
+    assert rc == 2 and "choose another with --results-root" in capsys.readouterr().err
+    assert afile.read_text() == "not a folder"
+    (tmp_path / "r" / "smoke").mkdir(parents=True)
+    (tmp_path / "r" / "smoke" / "pipeline.json").write_text(json.dumps({"notebooks": {"00_a": "done"}}))
+    rc = pipeline.main(["--notebooks-dir", str(nbs), "--results-root", str(tmp_path / "r"), "--profile", "smoke",
+                        "--no-progress"])
+    assert rc == 2 and "must map each run to its record" in capsys.readouterr().err
+
+
 def test_jobs_must_be_a_positive_integer(tmp_path):
     with pytest.raises(PipelineError, match="jobs must be an integer >= 1"):
         pipeline.run_pipeline(profile="smoke", results_root=tmp_path, jobs=0)
@@ -816,9 +845,11 @@ def test_the_project_notebooks_declare_what_they_need():
     assert needs["90_report"] == [nb.name for nb in nbs if nb.name != "90_report"]
 
 
-def test_ctrl_c_in_a_parallel_run_stops_every_kernel_and_records_the_runs_as_interrupted(tmp_path):
-    """SIGINT to the runner while two notebooks run at once (each waits for a file that never comes):
-    both kernels are interrupted, both runs are recorded as interrupted, the runner exits with 130."""
+@pytest.mark.parametrize("signame,rc", [("SIGINT", 130), ("SIGTERM", 143)])
+def test_ctrl_c_in_a_parallel_run_stops_every_kernel_and_records_the_runs_as_interrupted(tmp_path, signame, rc):
+    """SIGINT (Ctrl-C) or SIGTERM (kill, a batch system's limit) to the runner while two notebooks run at once
+    (each waits for a file that never comes): both kernels are interrupted, both runs are recorded as
+    interrupted (SIGTERM left them "running" before), the runner exits with 130 / 143."""
     import signal
     import subprocess
     import sys
@@ -839,9 +870,9 @@ def test_ctrl_c_in_a_parallel_run_stops_every_kernel_and_records_the_runs_as_int
     while not ((shared / "00_a.started").exists() and (shared / "05_c.started").exists()):
         assert proc.poll() is None and time.monotonic() < deadline, "the two notebooks did not both start"
         time.sleep(0.1)
-    proc.send_signal(signal.SIGINT)
+    proc.send_signal(getattr(signal, signame))
     out, err = proc.communicate(timeout=90)
-    assert proc.returncode == 130, err[-3000:]
+    assert proc.returncode == rc, err[-3000:]
     state = json.loads((root / "smoke" / "pipeline.json").read_text())
     assert {k: r["status"] for k, r in state["notebooks"].items()} == {"00_a": "interrupted", "05_c": "interrupted"}
 

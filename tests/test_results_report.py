@@ -309,8 +309,65 @@ def test_a_running_stage_whose_runner_is_gone_reads_interrupted(tmp_path):
     st = results.collect("r", root)[1].set_index("stage")
     assert st.loc["60_ablations", "status"] == "missing"
     assert st.loc["60_ablations", "reason"].startswith(f"interrupted: its runner (pid {dead.pid})")
-    assert st.loc["45_consolidation", "reason"] == "pipeline status 'running', no metrics.json"  # alive: running
-    assert st.loc["70_locomo_benchmark", "reason"] == "pipeline status 'running', no metrics.json"  # not probed
+    assert st.loc["45_consolidation", "reason"] == "running now (started None)"  # alive: running
+    assert st.loc["70_locomo_benchmark", "reason"] == "running now (started None)"  # another host: not probed
+
+
+@pytest.mark.parametrize("status", ["interrupted", "running"])
+def test_a_rerun_that_did_not_finish_never_shows_the_earlier_metrics_as_done(tmp_path, status):
+    """A rerun stopped part-way (Ctrl-C, SIGTERM) leaves the earlier run's metrics.json beside its record:
+    the stage is not done, and the earlier figures are not this run's."""
+    root = make_run(tmp_path)
+    state_path = root / "r" / "pipeline.json"
+    state = json.loads(state_path.read_text())
+    state["notebooks"]["50_game_evaluation"].update(status=status, started_at="2026-12-07T06:00:00+00:00")
+    state["notebooks"]["40_graph_dynamics"].update(status=status)  # a notebook without metrics, by design
+    state_path.write_text(json.dumps(state))
+    records, status_df, _ = results.collect("r", root)
+    st = status_df.set_index("stage")
+    assert st.loc["50_game_evaluation", "status"] == "missing"
+    assert "earlier run's: left out" in st.loc["50_game_evaluation", "reason"]
+    assert st.loc["40_graph_dynamics", "status"] == "missing"
+    assert "50_game_evaluation" not in set(records["stage"])
+
+
+def test_regenerating_from_a_missing_run_keeps_the_report_and_the_readme(tmp_path, capsys):
+    reports = tmp_path / "reports"
+    reports.mkdir()
+    shutil.copy(ROOT / "reports" / "default.json", reports / "default.json")
+    readme = tmp_path / "README.md"
+    shutil.copy(ROOT / "README.md", readme)
+    before = (readme.read_text(), (reports / "default.json").read_text())
+    args = ["readme", "--readme", str(readme), "--reports-dir", str(reports)]
+    for tag, root, message in [("default", tmp_path / "fresh_clone", "has no results at"),  # no results/ yet
+                               ("defualt", tmp_path / "fresh_clone", "has no results at"),  # a typo
+                               ("../../x", tmp_path, "must be a folder name")]:
+        assert results.main([*args, "--run-tag", tag, "--results-root", str(root)]) == 2
+        assert message in capsys.readouterr().err
+    assert (readme.read_text(), (reports / "default.json").read_text()) == before
+    assert sorted(p.name for p in reports.iterdir()) == ["default.json"]
+    assert not (tmp_path / "x.json").exists()
+
+
+def test_bad_report_or_readme_files_are_clear_errors(tmp_path, capsys):
+    reports = tmp_path / "reports"
+    reports.mkdir()
+    readme = tmp_path / "README.md"
+    readme.write_text("## Results\n<!-- results:begin -->\n<!-- results:end -->\n")
+    args = ["readme", "--run-tag", "r", "--readme", str(readme), "--reports-dir", str(reports)]
+    for text in ("{trunc", "{}", "[]"):
+        (reports / "r.json").write_text(text)
+        assert results.main([*args, "--check"]) == 2
+        assert "is not a report of python -m mags_lib.results" in capsys.readouterr().err
+    # a README without the block: refused before the report is written (the two would disagree)
+    (reports / "r.json").unlink()
+    readme.write_text("## Results\n")
+    assert results.main([*args, "--results-root", str(make_run(tmp_path))]) == 2
+    assert "results:begin" in capsys.readouterr().err and not (reports / "r.json").exists()
+    (tmp_path / "results" / "r" / "pipeline.json").write_text("{trunc")
+    readme.write_text("## Results\n<!-- results:begin -->\n<!-- results:end -->\n")
+    assert results.main([*args, "--results-root", str(tmp_path / "results")]) == 2
+    assert "pipeline.json is not valid JSON" in capsys.readouterr().err
 
 
 def test_collect_reads_old_metrics_without_records(tmp_path):
