@@ -19,6 +19,7 @@ Reads standard input line by line, so a session can be scripted:
 from __future__ import annotations
 
 import argparse
+import os
 import shlex
 import sys
 from collections.abc import Callable
@@ -68,6 +69,8 @@ class ChatSession:
             self.write(f"error: {e.args[0] if e.args else e}")
         except (ValueError, TypeError, OSError) as e:
             self.write(f"error: {e}")
+        except Exception as e:  # noqa: BLE001 - a model or library failure must not end the session
+            self.write(f"error: {type(e).__name__}: {e} (the memory is as before the command; /save keeps it)")
         return True
 
     def _turn(self, text: str) -> None:
@@ -77,6 +80,9 @@ class ChatSession:
             r = self.m.turn(text)
         except (ValueError, TypeError) as e:
             self.write(f"error: {e}")
+            return
+        except Exception as e:  # noqa: BLE001 - a failed turn leaves no trace; the session, and its memory, go on
+            self.write(f"error: {type(e).__name__}: {e} (nothing was stored or changed; /save keeps the memory)")
             return
         if isinstance(r, Answer):
             self._show_answer(r)
@@ -103,6 +109,13 @@ class ChatSession:
             raise ValueError(f"this command needs {what}")
         return arg
 
+    def _path(self, arg: str, what: str) -> str:
+        """One path argument: quotes as a shell reads them (shlex), ``~`` expanded."""
+        parts = shlex.split(self._need(arg, what))
+        if len(parts) != 1:
+            raise ValueError(f"this command takes one path ({what}); quote a path that holds spaces")
+        return os.path.expanduser(parts[0])
+
     def _cmd_help(self, arg: str) -> None:
         self.write(HELP)
 
@@ -124,11 +137,15 @@ class ChatSession:
         if parts and parts[0] == "html":
             from .graph import viz
 
-            path = self._need(" ".join(parts[1:]), "an output path, e.g. /graph html memory.html")
+            if len(parts) != 2:
+                raise ValueError("/graph html takes one output path, e.g. /graph html memory.html (quote spaces)")
+            path = os.path.expanduser(parts[1])
             trace = self.last_answer.recall if self.last_answer is not None else None
             out = viz.save_html(self.m.graph, path, trace=trace)
             self.write(f"wrote {out}")
             return
+        if parts and not (parts[0].isdigit() and len(parts) == 1):
+            raise ValueError(f"/graph takes a number of facts to list (e.g. /graph 20) or html PATH, got {arg!r}")
         n = int(parts[0]) if parts else 15
         st = self.m.graph.stats()
         self.write(f"{st['n_nodes']} nodes ({st['n_entities']} entities, {st['n_episodes']} episodes), "
@@ -160,12 +177,14 @@ class ChatSession:
         self.write(" ".join(f"{k}={v}" for k, v in d.summary().items()))
 
     def _cmd_save(self, arg: str) -> None:
-        self.write(f"saved to {self.m.save(self._need(arg, 'a folder path'))}")
+        self.write(f"saved to {self.m.save(self._path(arg, 'a folder path'))}")
 
     def _cmd_load(self, arg: str) -> None:
         from .agent import MAGS
 
-        new = MAGS.load(self._need(arg, "a folder path"), embedder=self.m.embedder)
+        # the save's own embedder (this session's may differ: mixing them makes recall meaningless); a shared
+        # instance when it is the same one
+        new = MAGS.load(self._path(arg, "a folder path"))
         self.m.close()
         self.m = new
         self.last_answer = None

@@ -89,3 +89,53 @@ def test_bad_command_line_is_a_clean_error(tmp_path):
     r = subprocess.run([sys.executable, "-m", "mags_lib.chat", "--load", str(tmp_path / "none")],
                        input="", capture_output=True, text=True, timeout=120)
     assert r.returncode == 2 and "mags.json" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_a_failing_model_call_keeps_the_session_and_its_memory(tmp_path):
+    """Any error of a turn or a command (a backend's RuntimeError, an ImportError...) is reported and the
+    session goes on with its memory: it used to end the session with a traceback, losing what was unsaved."""
+    from reliability_support import ScriptedBackend
+
+    from mags_lib.agent import MAGSConfig
+
+    lines: list[str] = []
+    b = ScriptedBackend(["<memory_write>blorps,eat,lemons</memory_write>"])
+    m = MAGS(MAGSConfig(embedder="hash"), backends={r: b for r in ("ask", "write", "answer", "router")})
+    s = ChatSession(m, write=lines.append)
+    s.handle("/say Blorps eat lemons.")
+    assert lines[-1].startswith("stored")
+    before = m.graph.stats()
+    b.fail = RuntimeError("the backend went away")
+    for line in ("Quindles hum.", "/say Quindles hum.", "/ask What do blorps eat?"):
+        assert s.handle(line)
+        assert lines[-1].startswith("error: RuntimeError: the backend went away"), lines[-1]
+    assert m.graph.stats() == before and s.m is m
+    s.handle(f"/save {tmp_path / 'kept'}")
+    assert MAGS.load(tmp_path / "kept", backends=m._role_backend).graph.equals(m.graph)
+
+
+def test_paths_are_read_as_a_shell_reads_them_and_graph_checks_its_count(session, tmp_path, monkeypatch):
+    s, out = session
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.chdir(tmp_path)
+    s.handle('/save "~/my mem"')
+    assert out[-1] == f"saved to {tmp_path / 'my mem'}" and not (tmp_path / "~").exists()
+    s.handle("/save a b")
+    assert out[-1].startswith("error: this command takes one path")
+    for bad in ("-1", "abc", "3 4"):
+        s.handle(f"/graph {bad}")
+        assert out[-1].startswith("error: /graph takes a number of facts"), out[-1]
+
+
+def test_load_takes_the_saves_own_embedder(tmp_path):
+    """A memory saved with one embedder, loaded into a session on another: it keeps its own (mixing them made
+    recall meaningless, and a later save recorded one embedder in mags.json and another in the graph)."""
+    lines: list[str] = []
+    m = MAGS.default(embedder="hash-32")
+    m.graph.add_episode("Blorps eat lemons.", source="T1")
+    m.save(tmp_path / "a")
+    s = ChatSession(MAGS.default(embedder="hash"), write=lines.append)
+    s.handle(f"/load {tmp_path / 'a'}")
+    assert lines[-1].startswith("loaded") and s.m.embedder.dim == 32 and s.m.config.embedder == "hash-32"
+    s.m.close()
+    m.close()
