@@ -267,12 +267,7 @@ def evaluate_predictions(predictions: Sequence[str], golds: Sequence[str], roles
 
 # --------------------------------------------------------------------------------------------------
 # answers (the reader), by the game's scoring rule
-ABSTAIN_PHRASES: tuple[str, ...] = (
-    protocol.ABSTAIN_ANSWER, "not in my memory", "not in memory", "i don't know", "i do not know",
-    "i don't remember", "i do not remember", "no information", "don't have that information",
-    "do not have that information", "unknown", "cannot answer", "can't answer", "no idea", "not sure",
-)
-"""Phrases that make a response an abstention (matched normalised, as whole-word runs)."""
+ABSTAIN_PHRASES = protocol.ABSTAIN_PHRASES  # the game's list: one for every scorer
 _ABSTAIN_NORM = tuple(dict.fromkeys(protocol.normalize_text(p) for p in ABSTAIN_PHRASES))
 
 

@@ -50,13 +50,29 @@ __all__ = [
     "ROLES", "TAGS", "Op", "Parsed", "parse", "split_triplet", "escape_field", "serialize", "SCAN_WORK",
     "asks_to_text", "writes_to_text", "normalize_text", "normalize_triplet", "GRAMMARS", "grammar",
     "SYSTEM_PROMPTS", "TRAINED_SYSTEM_PROMPTS", "FEW_SHOT", "build_messages", "format_facts", "format_item",
-    "ABSTAIN_ANSWER",
+    "ABSTAIN_ANSWER", "ABSTAIN_PHRASES",
 ]
 
 ROLES = ("ask", "write")
 TAGS = {"ask": "memory_ask", "write": "memory_write"}
 _TAG_TO_ROLE = {v: k for k, v in TAGS.items()}
 ABSTAIN_ANSWER = "I don't know: that is not in my memory."
+ABSTAIN_PHRASES: tuple[str, ...] = (
+    ABSTAIN_ANSWER,  # what the answer prompt tells the reader to say
+    "not in my memory", "not in memory", "not in the memory", "no memory of",
+    "i don't know", "i do not know", "i dont know", "don't know", "do not know",
+    "i don't remember", "i do not remember", "can't remember", "cannot remember",
+    "no information", "no relevant facts", "no relevant information", "not enough information",
+    "i'm not sure", "i am not sure", "not sure",
+    "unknown", "not known", "no idea", "no record", "not mentioned", "never mentioned",
+    "wasn't mentioned", "was not mentioned", "haven't been told", "have not been told", "wasn't told",
+    "was not told", "can't answer", "cannot answer", "can't tell", "cannot tell", "cannot say", "can't say",
+    "does not say", "doesn't say", "do not have that information", "don't have that information",
+    "don't have information", "do not have information",
+)
+"""Phrases that make a response an abstention ("the information is unknown / not in memory"), matched
+after :func:`normalize_text` as whole-word runs: one list for every scorer (the game's, the reader's held-out
+metrics, the rewards)."""
 
 
 @dataclass(frozen=True)
@@ -350,14 +366,18 @@ def writes_to_text(triplets: Sequence[Sequence[str]]) -> str:
 
 
 _ARTICLES = re.compile(r"\b(a|an|the)\b")
-_PUNCT = str.maketrans({c: " " for c in string.punctuation})
+# typographic quotes, apostrophes and dashes count as the ASCII punctuation they stand for ("don’t" is "don't")
+_TYPOGRAPHIC = "\u2018\u2019\u201a\u201b\u2032\u201c\u201d\u201e\u201f\u2033\u00ab\u00bb\u2010\u2011\u2012\u2013\u2014\u2015\u2212\u2026"
+_PUNCT = str.maketrans({c: " " for c in string.punctuation + _TYPOGRAPHIC})
 
 
 def normalize_text(s: str) -> str:
-    """Lower case, punctuation and the articles a/an/the removed, whitespace collapsed.
+    """Lower case, punctuation (ASCII and typographic) and the articles a/an/the removed, whitespace collapsed.
 
     >>> normalize_text("The Blorps eat  frozen-lemons!")
     'blorps eat frozen lemons'
+    >>> normalize_text("I don\u2019t know \u2013 O\u2019Brien")
+    'i don t know o brien'
     """
     s = str(s).lower().translate(_PUNCT)
     return " ".join(_ARTICLES.sub(" ", s).split())

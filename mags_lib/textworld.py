@@ -1035,11 +1035,7 @@ def make_scenario(game: GameFile | str | Path, config: PlayConfig | None = None,
 
 
 # ------------------------------------------------------------------------------------------------
-# scoring (minimal and isolated: mags_lib.game's scorer and runner replace it once merged)
-_ABSTAIN = ("not in my memory", "not in memory", "don t know", "do not know", "unknown", "no information",
-            "not sure", "no idea", "not mentioned", "cannot tell", "can t tell")
-
-
+# scoring: the game's rule (mags_lib.game.score)
 def score_answer(response: str, aliases: Sequence[str], kind: str | None = None) -> bool:
     """DESIGN.md's rule: an alias occurs in the normalised response as a whole-word run; an abstain
     question (no aliases) is right when the response says the information is unknown.
@@ -1047,18 +1043,9 @@ def score_answer(response: str, aliases: Sequence[str], kind: str | None = None)
     >>> score_answer("It is in the wooden chest.", ["wooden chest"]), score_answer("I don't know.", [])
     (True, True)
     """
-    try:
-        from .game import is_correct  # the game module's scorer, once it is on main
-    except ImportError:
-        is_correct = None
-    if is_correct is not None:
-        return bool(is_correct(response, list(aliases), kind))
-    from .protocol import normalize_text
+    from .game import is_correct
 
-    r = f" {normalize_text(response)} "
-    if not aliases:
-        return any(f" {p} " in r for p in _ABSTAIN)
-    return any(normalize_text(a) and f" {normalize_text(a)} " in r for a in aliases)
+    return bool(is_correct(response, list(aliases), kind))
 
 
 def run_scenario(system: Any, scenario: Mapping, *, progress: bool = False) -> list[dict]:

@@ -116,3 +116,37 @@ def test_minilm_paraphrases_match_at_065():
     except ModelNotFoundError as exc:
         pytest.skip(str(exc))
     assert r.op.tp == 1 and r.exact.tp == 0
+
+
+# -- the reader's scoring is the game's (an audit found two abstention lists, 15 and 46 phrases) ------------
+@pytest.mark.parametrize("response", [
+    "Not mentioned.", "I dont know.", "No relevant facts.", "That was never mentioned.", "Can't tell.",
+    "I don\u2019t know.", "I do not know \u2013 sorry.", "It does not say.",
+])
+def test_the_reader_metrics_abstain_as_the_game_scores(response):
+    from mags_lib.game import abstains, is_correct
+    from mags_lib.metrics import answer_correct, evaluate_answers, is_abstention
+    from mags_lib.rewards import REGISTRY
+
+    assert abstains(response) and is_correct(response, [])
+    assert is_abstention(response) and answer_correct(response, [])
+    assert evaluate_answers([response], [[]]).abstain_accuracy == 1.0
+    assert REGISTRY["answer_correct"]([response], aliases=[[]]) == REGISTRY["abstention"]([response], aliases=[[]]) \
+        == [1.0]
+
+
+def test_one_abstention_list_for_every_scorer():
+    from mags_lib import game, metrics, protocol
+
+    assert metrics.ABSTAIN_PHRASES is protocol.ABSTAIN_PHRASES is game.ABSTAIN_PHRASES
+    assert protocol.ABSTAIN_ANSWER in protocol.ABSTAIN_PHRASES
+
+
+@pytest.mark.parametrize("response,alias", [
+    ("O\u2019Brien left.", "O'Brien"), ("Under the Teal\u2013Bridge.", "teal bridge"),
+    ("\u201cfrozen\u201d lemons", "frozen lemons"),
+])
+def test_typographic_punctuation_scores_as_ascii(response, alias):
+    from mags_lib.metrics import answer_correct
+
+    assert answer_correct(response, [alias])

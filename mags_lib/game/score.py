@@ -20,24 +20,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ..protocol import ABSTAIN_ANSWER, normalize_text
+from ..protocol import ABSTAIN_PHRASES, normalize_text
 
 __all__ = ["ABSTAIN_PHRASES", "abstains", "contains_run", "is_correct", "matched_alias", "normalize"]
 
-ABSTAIN_PHRASES: tuple[str, ...] = (
-    ABSTAIN_ANSWER,  # what the answer prompt tells the reader to say
-    "not in my memory", "not in memory", "not in the memory", "no memory of",
-    "i don't know", "i do not know", "i dont know", "don't know", "do not know",
-    "i don't remember", "i do not remember", "can't remember", "cannot remember",
-    "no information", "no relevant facts", "no relevant information", "not enough information",
-    "i'm not sure", "i am not sure", "not sure",
-    "unknown", "not known", "no idea", "no record", "not mentioned", "never mentioned",
-    "wasn't mentioned", "was not mentioned", "haven't been told", "have not been told", "wasn't told",
-    "was not told", "can't answer", "cannot answer", "can't tell", "cannot tell", "cannot say", "can't say",
-    "does not say", "doesn't say", "do not have that information", "don't have that information",
-    "don't have information", "do not have information",
-)
-"""Phrases that count as "the information is unknown / not in memory" (matched after normalisation)."""
+# ABSTAIN_PHRASES: the project's one list (mags_lib.protocol), shared with the reader's metrics and the rewards
 
 
 def normalize(text: str) -> str:
