@@ -332,14 +332,21 @@ def make_game(spec: GameSpec, *, cache_dir: str | Path | None = None, force: boo
     The game lands in ``<cache_dir>/<spec.name>-<spec.key()>/game.z8`` (default cache
     ``data/generated/textworld/``) with ``game.json`` (TextWorld's description of the world) and a
     ``meta.json`` (the spec and the TextWorld version). Compiling runs Inform 7 (a few seconds);
-    an interrupted compile leaves nothing behind.
+    an interrupted compile leaves nothing behind, and a cached game that fails the file checks
+    (:func:`_check_zmachine`) is compiled again.
     """
     if not isinstance(spec, GameSpec):
         raise TypeError(f"spec must be a GameSpec, got {type(spec).__name__}")
     cache = Path(cache_dir) if cache_dir is not None else _default_cache()
     folder = cache / f"{spec.name}-{spec.key()}"
     path = folder / "game.z8"
-    if force or not (path.is_file() and path.with_suffix(".json").is_file() and (folder / "meta.json").is_file()):
+    cached = path.is_file() and path.with_suffix(".json").is_file() and (folder / "meta.json").is_file()
+    if cached and not force:
+        try:
+            _check_zmachine(path)
+        except GameFileError:  # a damaged cache (a disk error, a half-copied folder): made again, not trusted
+            cached = False
+    if force or not cached:
         game = build_game(spec)
         _compile(game, folder)
         meta = {"spec": spec.to_dict(), "textworld": _tw_version(), "objective": game.objective,
@@ -354,8 +361,12 @@ _ZMACHINE = re.compile(r"\.z[1-8]$")
 
 
 def _check_zmachine(path: Path) -> None:
-    """Header checks before jericho sees the file (a corrupt story file can crash the interpreter)."""
-    data = path.read_bytes()[:64]
+    """Header checks before jericho sees the file (a corrupt story file can crash the interpreter: a damaged
+    body with an intact header killed the process with SIGFPE): version, declared length, and the header's
+    checksum (the Z-machine standard's: the sum of the bytes from 0x40 to the declared length, mod 0x10000;
+    0 in the header means the game records none)."""
+    whole = path.read_bytes()
+    data = whole[:64]
     if len(data) < 64:
         raise GameFileError(f"{path} is not a Z-machine game: {len(data)} bytes, shorter than its 64-byte header")
     version = data[0]
@@ -367,6 +378,12 @@ def _check_zmachine(path: Path) -> None:
     actual = path.stat().st_size
     if declared and actual < declared:
         raise GameFileError(f"{path} is truncated: its header declares {declared} bytes, the file has {actual}")
+    stored = int.from_bytes(data[0x1C:0x1E], "big")
+    if stored and declared:
+        computed = sum(whole[0x40:declared]) % 0x10000
+        if computed != stored:
+            raise GameFileError(f"{path} is corrupt: its header checksum is {stored}, its bytes sum to {computed}; "
+                                "make or copy the game again")
 
 
 def load_game(path: str | Path, *, cache_dir: str | Path | None = None) -> GameFile:
@@ -596,6 +613,8 @@ class TWGame:
     def __init__(self, game: GameFile | str | Path) -> None:
         tw = require_textworld()
         self.game = game if isinstance(game, GameFile) else load_game(game)
+        if _ZMACHINE.search(self.game.path.name):  # a cached or handed-in GameFile is checked too
+            _check_zmachine(self.game.path)
         infos = tw.EnvInfos(facts=True, admissible_commands=True, policy_commands=True, objective=True,
                             entities=True, max_score=True, won=True, lost=True, score=True)
         try:

@@ -535,6 +535,9 @@ def test_same_seed_same_game_and_the_cache(tmp_path):
     mtime = gf.path.stat().st_mtime_ns
     again = T.make_game(spec, cache_dir=tmp_path)
     assert again.path == gf.path and again.path.stat().st_mtime_ns == mtime  # reused, not recompiled
+    good = gf.path.read_bytes()
+    gf.path.write_bytes(good[:4000])  # a damaged cache (an interrupted copy) is compiled again, not trusted
+    assert T.make_game(spec, cache_dir=tmp_path).path.read_bytes() == good
     assert T.load_game(gf.path).spec == spec
     # the same game plays the same: same texts, same states, under the same policy seed
     s1, _ = T.play(gf, T.PlayConfig(n_steps=6), seed=1)
@@ -575,6 +578,20 @@ def test_missing_foreign_and_corrupt_game_files(tmp_path, tiny):
     (broken / "game.json").write_text("{not json")
     with pytest.raises(T.GameFileError, match="corrupt"):
         T.load_game(broken / "game.z8")
+    # header and length intact, body damaged: jericho died of it (SIGFPE, no exception); the checksum catches it
+    import random
+
+    data = bytearray(tiny.path.read_bytes())
+    body = random.Random(0).randbytes(len(data) - 64)
+    damaged = tmp_path / "damaged"
+    damaged.mkdir()
+    (damaged / "game.z8").write_bytes(bytes(data[:64]) + body)
+    (damaged / "game.json").write_text(tiny.json_path.read_text())
+    with pytest.raises(T.GameFileError, match="header checksum"):
+        T.load_game(damaged / "game.z8")
+    with pytest.raises(T.GameFileError, match="header checksum"):  # a GameFile handed in is checked too
+        T.TWGame(T.GameFile(path=damaged / "game.z8", name="damaged"))
+    T._check_zmachine(tiny.path)  # the real game passes
 
 
 @needs_tw
