@@ -96,15 +96,20 @@ def package_versions(names: tuple[str, ...] = TRACKED_PACKAGES) -> dict[str, str
 
 
 def atomic_write_text(path: Path | str, text: str) -> Path:
-    """Write ``text`` to ``path`` through a temporary file and ``os.replace`` (never half-written)."""
+    """Write ``text`` to ``path`` as UTF-8 (whatever the locale) through a temporary file and ``os.replace``:
+    never half-written, and a write that fails (a lone surrogate, a full disk) leaves no temporary file."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    with open(tmp, "w") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
     return path
 
 

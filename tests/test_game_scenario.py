@@ -66,6 +66,16 @@ BAD = [
     (lambda d: d.update(events=[]), None, "non-empty list"),
     (lambda d: d.pop("name"), None, "'name'"),
     (lambda d: d.update(extra=1), None, "unknown top-level keys"),
+    # top-level parts an audit found unchecked (raw TypeErrors, or silently emptied)
+    (lambda d: d.update(gold=5), None, "'gold' must be a list"),
+    (lambda d: d.update(entities=7), None, "'entities' must be a list"),
+    (lambda d: d.update(meta=[]), None, "'meta' must be an object"),
+    (lambda d: d.update(gold=["x"]), None, "gold fact 0: needs subject"),
+    (lambda d: d.update(gold=[{"subject": 1, "relation": "eat", "object": "x", "stated": 0}]), None,
+     "'subject' must be a non-empty string"),
+    (lambda d: d.update(gold=[{"subject": "a", "relation": "eat", "object": "x", "stated": 0, "superseded": 0}]),
+     None, "must come after 'stated'"),
+    (lambda d: d.update(entities=[{"name": 1, "core": None}]), None, "entity 0: name, core and type must be"),
 ]
 
 
@@ -81,6 +91,13 @@ def test_malformed_file_names_file_event_and_problem(tmp_path, mutate, index, wo
     if index is not None:
         assert f"event {index}:" in msg
     assert words in msg
+
+
+def test_a_file_that_is_not_utf8_is_a_scenario_error(tmp_path):
+    p = tmp_path / "latin1.json"
+    p.write_bytes(json.dumps(_good(), ensure_ascii=False).replace("Blorps", "Bl\u00f6rps").encode("latin-1"))
+    with pytest.raises(ScenarioError, match=r"latin1\.json: not UTF-8 text.*save the file as UTF-8"):
+        load_scenario(p)
 
 
 def test_invalid_json_names_the_line(tmp_path):

@@ -349,3 +349,14 @@ def test_feedback_and_ask_check_their_arguments():
         m.observe("Blorps moved.", time=pd.NaT)
     assert m.graph.stats() == before
     assert m.ask("What do blorps eat?", time=dt.date(2023, 5, 8)).time == "2023-05-08"
+
+
+def test_atomic_text_writes_are_utf8_and_leave_nothing_when_they_fail(tmp_path):
+    from mags_lib.repro import atomic_write_text
+
+    p = atomic_write_text(tmp_path / "a.json", "caf\u00e9 \u2028")
+    assert p.read_bytes() == "caf\u00e9 \u2028".encode("utf-8")
+    with pytest.raises(UnicodeEncodeError):
+        atomic_write_text(tmp_path / "a.json", "half an emoji \ud83d")
+    assert sorted(x.name for x in tmp_path.iterdir()) == ["a.json"]  # no .a.json.tmp<pid> left behind
+    assert p.read_bytes() == "caf\u00e9 \u2028".encode("utf-8")  # the earlier file kept

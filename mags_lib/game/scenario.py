@@ -227,29 +227,47 @@ def scenario_from_dict(d: Any, origin: str = "<dict>") -> Scenario:
     if not isinstance(events, list) or not events:
         raise ScenarioError(f"{origin}: 'events' must be a non-empty list")
     evs = [_event(raw, f"{origin}: event {i}") for i, raw in enumerate(events)]
+    for key in ("gold", "entities"):
+        if d.get(key) is not None and not isinstance(d[key], list):
+            raise ScenarioError(f"{origin}: '{key}' must be a list of objects, got {type(d[key]).__name__}")
     gold = []
     for j, g in enumerate(d.get("gold") or []):
         where = f"{origin}: gold fact {j}"
         try:
+            if not isinstance(g, dict):
+                raise TypeError(f"got {type(g).__name__}")
             gf = GoldFact(**g)
         except TypeError as e:
             raise ScenarioError(f"{where}: needs subject, relation, object, stated, superseded ({e})") from None
+        for key in ("subject", "relation", "object"):
+            v = getattr(gf, key)
+            if not isinstance(v, str) or not v.strip():
+                raise ScenarioError(f"{where}: '{key}' must be a non-empty string, got {v!r}")
         for key in ("stated", "superseded"):
             v = getattr(gf, key)
             if v is None and key == "superseded":
                 continue
-            if not isinstance(v, int) or not 0 <= v < len(evs) or evs[v].type != "say":
+            if not isinstance(v, int) or isinstance(v, bool) or not 0 <= v < len(evs) or evs[v].type != "say":
                 raise ScenarioError(f"{where}: '{key}' must be the index of a 'say' event, got {v!r}")
+        if gf.superseded is not None and gf.superseded <= gf.stated:
+            raise ScenarioError(f"{where}: 'superseded' ({gf.superseded}) must come after 'stated' ({gf.stated})")
         gold.append(gf)
     ents = []
     for j, e in enumerate(d.get("entities") or []):
         try:
-            ents.append(GoldEntity(**e))
+            if not isinstance(e, dict):
+                raise TypeError(f"got {type(e).__name__}")
+            ent = GoldEntity(**e)
         except TypeError as err:
             raise ScenarioError(f"{origin}: entity {j}: needs name, core, type ({err})") from None
-    meta = d.get("meta") or {}
+        if not all(isinstance(getattr(ent, k), str) for k in ("name", "core", "type")) or not ent.name.strip():
+            raise ScenarioError(f"{origin}: entity {j}: name, core and type must be strings (name non-empty), "
+                                f"got {e!r:.80}")
+        ents.append(ent)
+    meta = d.get("meta")
+    meta = {} if meta is None else meta
     if not isinstance(meta, dict):
-        raise ScenarioError(f"{origin}: 'meta' must be an object")
+        raise ScenarioError(f"{origin}: 'meta' must be an object, got {type(meta).__name__}")
     return Scenario(name=d["name"].strip(), description=d["description"], events=evs, gold=gold,
                     entities=ents, meta=meta)
 
@@ -267,6 +285,8 @@ def load_scenario(path: str | Path) -> Scenario:
         text = path.read_text(encoding="utf-8")
     except OSError as e:
         raise ScenarioError(f"{path}: cannot read ({e.strerror or e})") from e
+    except UnicodeDecodeError as e:
+        raise ScenarioError(f"{path}: not UTF-8 text (byte {e.start}: {e.reason}); save the file as UTF-8") from None
     try:
         d = json.loads(text)
     except json.JSONDecodeError as e:
