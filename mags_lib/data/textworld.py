@@ -140,7 +140,9 @@ def _evidence(q: dict, obs: list[tuple[int, str]], witness, mentions) -> list[in
         if dest is None or not at:
             return []
         i = at[0]
-        departure = room if obs[i][1].startswith(f"> go {d}\n") else dest
+        # the step's command: its first "> " line (with move notes the observation begins with the note)
+        command = next((ln for ln in obs[i][1].split("\n") if ln.startswith("> ")), "")
+        departure = room if command == f"> go {d}" else dest
         before = [j for j in naming(departure) if j < i]
         return sorted({before[-1], i}) if before else []
     if fam == "inventory":
