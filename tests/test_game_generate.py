@@ -179,3 +179,28 @@ def test_evaluation_scenarios_take_generator_fields_for_long_lived_memories():
     assert max(len(s.events) for s in short) < 60
     with pytest.raises(ValueError, match="retention_distances"):
         evaluation_scenarios("default", 0, 1, examples=False, retention_distances=(0,))
+
+
+def test_no_abstain_question_is_answered_by_a_two_way_fact():
+    """"Who are the natural enemies of X?" is no abstain question once "Y are always at war with X." was said:
+    relations between two entities of one type read both ways (seed 0's 120 scenarios had one such question,
+    found by an audit)."""
+    from mags_lib.data import templates as TT
+    from mags_lib.game.generate import _fix, generate_scenarios, generator_config
+
+    two_way = [r for r in TT.RELATIONS if r.values == r.subject_type]
+    assert {r.key for r in two_way} >= {"enemy", "sibling", "near"}
+    scs = generate_scenarios(generator_config("default", seed=0, n_scenarios=120))
+    n_abstain = 0
+    for sc in scs:
+        for i, e in sc.asks:
+            if e.kind != "abstain":
+                continue
+            n_abstain += 1
+            for g in sc.gold:
+                for rel in two_way:
+                    if g.stated < i and g.relation == rel.label:
+                        asked = {TT.sentence_case(_fix(q.format(S=g.object).replace("the the ", "the ")))
+                                 for q in rel.questions}
+                        assert e.text not in asked, (sc.name, i, e.text, sc.events[g.stated].text)
+    assert n_abstain > 100

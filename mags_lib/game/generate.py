@@ -453,6 +453,11 @@ def _build(world: World, family: str, index: int, cfg: GeneratorConfig, reg: Nam
         ask(f, "retention", lo, len(says) - 1, gap=d)
     # abstain: a relation never said about a mentioned subject, or an entity never mentioned
     said = {(f.subject, f.relation) for s in says for f in s.facts}
+    # relations between two entities of one type read both ways ("X and Y are siblings", "X are at war with Y"):
+    # the reverse of a stated one answers its abstain question. Such a draw is drawn again among the others
+    # (drawing from a shorter list would move every later draw: scenarios without one stay as they were)
+    two_way = {r.key for r in T.RELATIONS if r.values == r.subject_type}
+    answered = {(f.object, f.relation) for s in says for f in s.facts if f.relation in two_way}
     subjects = sorted({f.subject for f in order if world.entity(f.subject).type in types} or {order[0].subject})
     for k in range(cfg.n_abstain):
         if k % 2 == 0:
@@ -460,6 +465,11 @@ def _build(world: World, family: str, index: int, cfg: GeneratorConfig, reg: Nam
                     if (s, r.key) not in said]
             if cand:
                 s, rel = cand[int(rng.integers(len(cand)))]
+                if (s, rel.key) in answered:
+                    cand = [c for c in cand if (c[0], c[1].key) not in answered]
+                    if not cand:
+                        continue
+                    s, rel = cand[int(rng.integers(len(cand)))]
                 q = _question(rel, s, rng)
             else:
                 continue
