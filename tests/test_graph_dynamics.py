@@ -469,3 +469,22 @@ def test_config_validation_messages():
     assert DynamicsConfig(keep_salience=None).keep_salience is None  # None switches it off
     with pytest.raises(TypeError):
         GraphConfig(dynamics={"decay": False})
+
+
+def test_superseded_history_survives_pruning_until_its_ends_go_as_inactive():
+    """The old value of a changed fact is history (recall returns it for questions about the past): its object,
+    whose only edge is the superseded fact, was pruned as isolated at the next ticks, history and all (found by
+    an audit). It goes like any idle node, after ``inactive_ticks``."""
+    from mags_lib.embed import HashEmbedder
+
+    g = LiquidGraph(HashEmbedder(dim=64), config=GraphConfig(dynamics=DynamicsConfig(inactive_ticks=5)))
+    g.engram([("bob", "lives in", "paris"), ("bob", "likes", "tea")], source="D1")
+    g.engram([("bob", "lives in", "rome")], source="D2")
+    for _ in range(3):
+        g.maintain()
+    assert [(f["object"], f["valid"]) for f in g.history("bob", "lives in")] == [("paris", False), ("rome", True)]
+    assert ("bob lives in paris", False) in [(it.text, it.current) for it in g.recall("bob", k=5, history=True)]
+    for _ in range(7):
+        g.maintain()
+    assert g.find("paris") is None  # idle for inactive_ticks after the recall touched it: forgotten, with its history
+    assert [f["object"] for f in g.history("bob", "lives in")] == ["rome"]

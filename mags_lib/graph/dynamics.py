@@ -41,8 +41,8 @@ Rules (``s`` = edge strength, every rate from :class:`~mags_lib.graph.config.Dyn
   promote_surprise`` or ``importance >= promote_importance`` move to long-term memory; above
   ``working_capacity`` the least recently accessed working nodes are forgotten;
 * **prune** -- valid edges with ``s < prune_strength`` (salient facts exempt, see decay); nodes
-  idle ``>= inactive_ticks`` with at most ``inactive_max_degree`` edges; entities isolated for
-  ``>= isolated_grace`` ticks; then the capacity limits ``max_nodes`` / ``max_edges`` (least
+  idle ``>= inactive_ticks`` with at most ``inactive_max_degree`` edges; entities isolated (no
+  edge, superseded history included: its ends stay until they go as inactive) for ``>= isolated_grace`` ticks; then the capacity limits ``max_nodes`` / ``max_edges`` (least
   important / weakest first). Permanent nodes and edges are never pruned. With ``keep_evidence``
   the ends of a valid fact are never pruned as inactive (the fact goes by its own strength, then its
   ends as isolated), and an episode is never pruned (inactive or over capacity) while it is the last
@@ -557,7 +557,11 @@ def prune(g, cfg=None) -> dict:
             else:
                 continue
             inactive[i] = False
-    isolated = free & (nd.kind == KIND_ENTITY) & (deg == 0) & ((g.tick - nd.created) >= cfg.isolated_grace)
+    # isolated: no alive edge at all. A superseded fact is history (recall returns it for questions about the
+    # past), so its ends are not isolated: the old value went with the next tick's prune before, history and all
+    kept_edges = np.flatnonzero(ed.alive)
+    deg_all = np.bincount(ed.src[kept_edges], minlength=nd.n) + np.bincount(ed.dst[kept_edges], minlength=nd.n)
+    isolated = free & (nd.kind == KIND_ENTITY) & (deg_all == 0) & ((g.tick - nd.created) >= cfg.isolated_grace)
     n_inactive = int(inactive.sum())
     n_isolated = int((isolated & ~inactive).sum())
     g._kill_nodes(np.flatnonzero(inactive | isolated))
