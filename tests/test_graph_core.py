@@ -398,3 +398,22 @@ def test_inspection_helpers():
         g.node("n999")
     with pytest.raises(KeyError):
         g.edge(10_000)
+
+
+def test_time_order_reads_the_time_of_a_fact_written_without_an_episode():
+    """``engram(..., source=, time=)`` with no episode: an older statement read later is history, as with
+    episodes (the rival's time was read from its episodes only, so the older one superseded it with an interval
+    ending before it began; found by an audit)."""
+    from mags_lib.embed import HashEmbedder
+
+    for with_episodes in (False, True):
+        g = LiquidGraph(HashEmbedder(dim=64))
+        for obj, src, when in (("rome", "S2", "2024-01-01"), ("paris", "S1", "2023-01-01")):
+            if with_episodes:
+                g.engram([("bob", "lives in", obj)], episode=g.add_episode(f"Bob lives in {obj}.", source=src,
+                                                                            time=when))
+            else:
+                g.engram([("bob", "lives in", obj)], source=src, time=when)
+        hist = {f["object"]: (f["valid"], f["valid_from"], f["valid_to"]) for f in g.history("bob", "lives in")}
+        assert hist == {"rome": (True, "2024-01-01", None), "paris": (False, "2023-01-01", "2024-01-01")}, \
+            (with_episodes, hist)

@@ -385,12 +385,13 @@ def _iso_day(time: str | None) -> str | None:
 
 
 def fact_time(g, e: int) -> str | None:
-    """When fact edge ``e`` was last said: the latest ISO time of the episodes in its provenance."""
+    """When fact edge ``e`` was last said: the latest ISO time of the episodes in its provenance; for a fact
+    written without an episode (``engram(..., time=)``), the time it was stated at (``valid_from_time``)."""
     nd = g.nodes
     # an episode pruned since still tells when it was said (compaction keeps such rows)
     times = [_iso_day(nd.meta[r].get("time")) for r in map(g._ep_row, g.edges.episodes[e]) if r >= 0]
     times = [t for t in times if t]
-    return max(times) if times else None
+    return max(times) if times else _iso_day(g.edges.valid_from_time[e])
 
 
 
@@ -444,10 +445,13 @@ def relation_kind(g, key: str) -> tuple[str, bool]:
 
 
 def _first_said_after(g, edges, when: str) -> str | None:
-    """The earliest ISO time after ``when`` at which one of ``edges`` was said (their episodes' times)."""
+    """The earliest ISO time after ``when`` at which one of ``edges`` was said (their episodes' times; an edge
+    written without an episode, the time it was stated at)."""
     nd = g.nodes
     times = [t for e in edges for r in map(g._ep_row, g.edges.episodes[e]) if r >= 0
              for t in (_iso_day(nd.meta[r].get("time")),) if t and t > when]
+    times += [t for e in edges if not g.edges.episodes[e]
+              for t in (_iso_day(g.edges.valid_from_time[e]),) if t and t > when]
     return min(times) if times else None
 
 
