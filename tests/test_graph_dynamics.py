@@ -488,3 +488,23 @@ def test_superseded_history_survives_pruning_until_its_ends_go_as_inactive():
         g.maintain()
     assert g.find("paris") is None  # idle for inactive_ticks after the recall touched it: forgotten, with its history
     assert [f["object"] for f in g.history("bob", "lives in")] == ["rome"]
+
+
+def test_a_merge_reconciles_single_valued_slots_not_only_equal_relations():
+    """"bob lives in paris" and "bobby moved to london" are one slot ("moved to" / "lives in", as engram reads
+    them): after scc merges bob and bobby, one of the two stays valid, as engram would have kept it (reconcile
+    grouped facts by relation id, so both stayed valid; found by an audit)."""
+    emb = TableEmbedder({"bob": [1, 0] + [0] * 62, "bobby": [0.85, (1 - 0.85**2) ** 0.5] + [0] * 62}, dim=64)
+    cfg = GraphConfig(engram=EngramConfig(gat=False, time_order=False),
+                      dynamics=DynamicsConfig(scc_merge_similarity=0.8))
+    g = LiquidGraph(emb, config=cfg)
+    for t, src in ((("bob", "knows", "bobby"), "S1"), (("bobby", "knows", "bob"), "S2"),
+                   (("bob", "lives in", "paris"), "S3"), (("bobby", "moved to", "london"), "S4")):
+        g.engram([t], source=src)
+    assert g.maintain(["scc"]).steps["scc"]["merged"] == 1
+    direct = LiquidGraph(emb, config=cfg)
+    direct.engram([("bob", "lives in", "paris")], source="S3")
+    direct.engram([("bob", "moved to", "london")], source="S4")
+    lives = lambda h: sorted((f["relation"], f["object"]) for f in h.facts() if f["object"] in ("paris", "london"))  # noqa: E731
+    assert lives(g) == lives(direct) == [("moved to", "london")]
+    assert LiquidGraph.replay(g.oplog, emb, config=cfg).equals(g)

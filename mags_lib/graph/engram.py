@@ -482,8 +482,8 @@ def supersede(g, loser: int, winner: int, *, keep_episodes=(), time: str | None 
 def reconcile_subject(g, i: int) -> int:
     """Apply the conflict policy to the valid facts of node ``i`` (e.g. after a merge); unlogged.
 
-    For every functional relation (:func:`relation_kind`) under which ``i`` holds several
-    valid objects, one fact stays valid -- the newest (highest edge id) with policy ``"newer"``, the
+    For every functional slot (:func:`relation_kind`: "moved to" and "lives in" are one slot, as in
+    :func:`engram`) under which ``i`` holds several valid objects, one fact stays valid -- the newest (highest edge id) with policy ``"newer"``, the
     largest ``strength * confidence`` with ``"stronger"`` (newest on a tie) -- and the others are
     superseded by it (:func:`supersede`); the endpoints get ``conflict_surprise``.
 
@@ -496,15 +496,21 @@ def reconcile_subject(g, i: int) -> int:
     if not cfg.reconcile:
         return 0
     nd, ed = g.nodes, g.edges
-    by_rel: dict[int, list[int]] = {}
+    kinds: dict[int, tuple[str, bool]] = {}
+    by_slot: dict[str, list[int]] = {}
     for kd in g.G._succ[i].values():
         for e in kd:
             if ed.kind[e] == EDGE_FACT:
-                by_rel.setdefault(int(ed.rel[e]), []).append(int(e))
+                rid = int(ed.rel[e])
+                if rid not in kinds:
+                    kinds[rid] = relation_kind(g, g._rel_text[rid])
+                slot, functional = kinds[rid]
+                if functional:
+                    by_slot.setdefault(slot, []).append(int(e))
     n = 0
-    for rid in sorted(by_rel):
-        facts = sorted(by_rel[rid])
-        if len(facts) < 2 or not relation_kind(g, g._rel_text[rid])[1]:
+    for slot in sorted(by_slot):
+        facts = sorted(by_slot[slot])
+        if len(facts) < 2:
             continue
         if cfg.conflict_policy == "stronger":
             win = max(facts, key=lambda e: (ed.strength[e] * ed.confidence[e], e))
