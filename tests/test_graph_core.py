@@ -417,3 +417,19 @@ def test_time_order_reads_the_time_of_a_fact_written_without_an_episode():
         hist = {f["object"]: (f["valid"], f["valid_from"], f["valid_to"]) for f in g.history("bob", "lives in")}
         assert hist == {"rome": (True, "2024-01-01", None), "paris": (False, "2023-01-01", "2024-01-01")}, \
             (with_episodes, hist)
+
+
+def test_a_node_id_of_the_wrong_kind_is_refused():
+    """'ep1' named entity n1 and 'n0' episode ep0 (the prefix was ignored; found by an audit)."""
+    g = LiquidGraph(HashEmbedder(dim=64))
+    ep = g.add_episode("Bob lives in Paris.", source="D1")
+    g.engram([("bob", "lives in", "paris")], episode=ep)
+    assert ep == "ep0" and g.node("n1")["text"] == "bob"
+    n_ops = len(g.oplog)
+    with pytest.raises(KeyError, match="uid 1 is an entity, 'n1'"):
+        g.node("ep1")
+    with pytest.raises(KeyError, match="uid 0 is an episode, 'ep0'"):
+        g.engram([("bob", "likes", "tea")], episode="n0")
+    with pytest.raises(KeyError, match="uid 2 is an entity"):
+        g.set_permanent("ep2")
+    assert len(g.oplog) == n_ops and not g.node("n2")["permanent"]

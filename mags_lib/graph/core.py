@@ -253,6 +253,10 @@ class LiquidGraph:
             if not m:
                 raise KeyError(f"not a node id: {node_id!r} (ids look like 'n12' or 'ep3')")
             i = self.nodes.row(int(m.group(2)))
+            if 0 <= i < self.nodes.n and (self.nodes.kind[i] == KIND_EPISODE) != (m.group(1) == "ep"):
+                raise KeyError(f"no live node {node_id!r} in the graph: uid {m.group(2)} is "
+                               f"{'an episode' if self.nodes.kind[i] == KIND_EPISODE else 'an entity'}, "
+                               f"{self.node_id(i)!r}")
         if not (0 <= i < self.nodes.n) or not self.nodes.alive[i]:
             raise KeyError(f"no live node {node_id!r} in the graph")
         return i
