@@ -433,3 +433,30 @@ def test_a_node_id_of_the_wrong_kind_is_refused():
     with pytest.raises(KeyError, match="uid 2 is an entity"):
         g.set_permanent("ep2")
     assert len(g.oplog) == n_ops and not g.node("n2")["permanent"]
+
+
+def test_engram_embeds_the_declared_labels_before_its_first_change():
+    """A relation no list declares is classified by the declared labels' embeddings, encoded on first need:
+    mid-write before, so an embedder failure there left nodes, edges and relations no log entry held (found by
+    an audit). Now they are encoded with everything else, before the first change."""
+    from mags_lib.graph.core import _state_differences
+
+    class Flaky(HashEmbedder):
+        fail_on = None
+
+        def encode(self, texts):
+            if self.fail_on is not None and self.fail_on(texts):
+                raise RuntimeError("embedder down")
+            return super().encode(texts)
+
+    emb = Flaky(dim=64)
+    g = LiquidGraph(emb)
+    g.engram([("alice", "eats", "fish")], source="D0")  # declared relations only: the labels are not needed
+    before = g._state()
+    emb.fail_on = lambda texts: len(texts) > 5  # the declared labels' batch
+    with pytest.raises(RuntimeError, match="embedder down"):
+        g.engram([("bob", "zorbles", "paris"), ("bob", "zorbles", "london")], source="D1")
+    assert _state_differences(before, g._state()) == [] and [o["op"] for o in g.oplog] == ["engram"]
+    emb.fail_on = None
+    g.engram([("bob", "zorbles", "paris"), ("bob", "zorbles", "london")], source="D1")
+    assert g.replayed().equals(g)

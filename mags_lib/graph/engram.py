@@ -145,6 +145,9 @@ def engram(g, triplets, *, episode: str | None = None, source: str | None = None
     ent_keys = list(ent_texts)
     vecs = g._encode([ent_texts[k] for k in ent_keys] + list(rel_texts.values()))
     ent_vecs, rel_vecs = vecs[: len(ent_keys)], vecs[len(ent_keys):]
+    if "_rel_protos" not in g.__dict__ and cfg.slot_similarity <= 1.0 \
+            and any(not cfg.declared(kr) for *_, kr, _ in clean):
+        _relation_protos(g)  # relation_kind may need the declared labels' embeddings below: embedded now
     found = None
     if ent_keys:  # the last fallible step; nothing has changed so far
         found = g._ent_index.search(ent_vecs, max(cfg.gat_k, 1), g._emb, expansion=g.config.index.expansion_resolve)
@@ -395,6 +398,17 @@ def fact_time(g, e: int) -> str | None:
 
 
 
+def _relation_protos(g) -> tuple[list[str], np.ndarray]:
+    """The declared relation labels and their embeddings, encoded once per graph (they depend on the config and
+    the embedder only; :func:`engram` encodes them before its first change when it may need them)."""
+    protos = g.__dict__.get("_rel_protos")
+    if protos is None:
+        names = list(g.config.engram.declared_relations())
+        protos = (names, g._encode(names))
+        g._rel_protos = protos
+    return protos
+
+
 def relation_kind(g, key: str) -> tuple[str, bool]:
     """The slot a (normalised) relation writes and whether it is single-valued, in graph ``g``.
 
@@ -426,12 +440,7 @@ def relation_kind(g, key: str) -> tuple[str, bool]:
     if cfg.declared(key) or cfg.slot_similarity > 1.0:
         out = (cfg.slot(key), cfg.is_functional(key))
     else:
-        protos = g.__dict__.get("_rel_protos")
-        if protos is None:
-            names = [n for n in cfg.declared_relations()]
-            protos = (names, g._encode(names))
-            g._rel_protos = protos  # depends on the config and the embedder only: kept for the graph's life
-        names, P = protos
+        names, P = _relation_protos(g)
         rid = g._rel_id.get(key)
         v = g._rel_emb[rid] if rid is not None else g._encode([key])[0]
         sims = P @ v if names else np.zeros(0)
