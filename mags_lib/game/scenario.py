@@ -307,16 +307,18 @@ def load_scenarios(paths: str | Path | Iterable[str | Path]) -> list[Scenario]:
     names = [s.name for s in out]
     dup = sorted({n for n in names if names.count(n) > 1})
     if dup:
-        raise ScenarioError(f"scenario names must be unique, repeated: {dup}")
+        where = "; ".join(f"{n!r} in {', '.join(str(f) for f, s in zip(files, out) if s.name == n)}" for n in dup)
+        raise ScenarioError(f"scenario names must be unique, repeated: {where}")
     return out
 
 
 def save_scenario(scenario: Scenario, path: str | Path) -> Path:
-    """Write a scenario as JSON (atomically); it loads back equal."""
+    """Write a scenario as JSON (atomically), in the form loading gives: the checked scenario, whose name and
+    texts are stripped of surrounding whitespace. What is written loads back equal; what could not be read
+    is refused (:class:`ScenarioError`) and nothing is written."""
     from ..repro import atomic_write_text
 
-    d = scenario.to_dict()
-    scenario_from_dict(json.loads(json.dumps(d)), origin=str(path))  # never write what cannot be read
+    d = scenario_from_dict(json.loads(json.dumps(scenario.to_dict())), origin=str(path)).to_dict()
     return atomic_write_text(path, json.dumps(d, indent=1, ensure_ascii=False) + "\n")
 
 
