@@ -214,8 +214,10 @@ class GameSpec:
         for name in ("n_rooms", "quest_length", "n_objects", "recipe"):
             if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
                 raise ValueError(f"{name} must be an integer >= 1, got {getattr(self, name)!r}")
-        if not isinstance(self.seed, int) or self.seed < 0:
-            raise ValueError(f"seed must be an integer >= 0, got {self.seed!r}")
+        if isinstance(self.seed, (bool, np.bool_)) or not isinstance(self.seed, (int, np.integer)) \
+                or not 0 <= self.seed < 2**32:  # numpy's generators (TextWorld's) take 0 .. 2**32 - 1
+            raise ValueError(f"seed must be an integer in [0, 2**32), got {self.seed!r}")
+        object.__setattr__(self, "seed", int(self.seed))
         if self.kind == "cooking":
             if self.n_rooms not in _COOKING_ROOMS:
                 raise ValueError(f"cooking games have {_COOKING_ROOMS} rooms, got n_rooms={self.n_rooms}")

@@ -165,6 +165,11 @@ def test_smoke_profile_is_tiny_and_config_is_checked():
         GeneratorConfig(train_profiles=("huge",))
     with pytest.raises(ValueError, match="profile"):
         generator_config("tiny")
+    for bad in (-1, None, 2**32, True):  # failed later, naming no seed
+        with pytest.raises(ValueError, match=r"seed must be an integer in \[0, 2\*\*32\)"):
+            GeneratorConfig(seed=bad)
+    with pytest.raises(ValueError, match="train_seed must be"):
+        GeneratorConfig(train_seed=-2)
 
 
 def test_evaluation_scenarios_take_generator_fields_for_long_lived_memories():

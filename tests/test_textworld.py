@@ -103,6 +103,12 @@ def test_spec_validation_and_names():
             GameSpec(**bad)
     assert GameSpec(seed=1).key() != GameSpec(seed=2).key()
     assert GameSpec(seed=1).key() == GameSpec(seed=1).key()
+    import numpy as np  # a numpy seed is a seed ("got np.int64(3)" refused it); numpy's own bound is checked here
+
+    assert GameSpec(seed=np.int64(3)) == GameSpec(seed=3) and type(GameSpec(seed=np.int64(3)).seed) is int
+    for bad in (2**32, True, 1.5, None):
+        with pytest.raises(ValueError, match=r"seed must be an integer in \[0, 2\*\*32\)"):
+            GameSpec(seed=bad)
 
 
 def test_clean_text_drops_banner_prompt_and_status_bar():

@@ -84,6 +84,13 @@ class GeneratorConfig:
     world: WorldConfig = field(default_factory=WorldConfig)
 
     def __post_init__(self) -> None:
+        for name in ("seed", "train_seed"):  # numpy's generators take 0 .. 2**32 - 1
+            v = getattr(self, name)
+            if v is None and name == "train_seed":
+                continue
+            if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer)) or not 0 <= v < 2**32:
+                raise ValueError(f"{name} must be an integer in [0, 2**32), got {v!r}")
+            object.__setattr__(self, name, int(v))
         if self.n_scenarios < 0:
             raise ValueError(f"n_scenarios must be >= 0, got {self.n_scenarios}")
         bad = [f for f in self.families if f not in FAMILIES]
