@@ -205,6 +205,29 @@ def test_interrupted_export_keeps_the_previous_one(work, tmp_path, monkeypatch):
     assert E.read_manifest(out, verify="sha256") == before  # the previous export, intact
 
 
+def test_a_damaged_export_is_made_again_and_a_foreign_folder_is_refused(work, tmp_path):
+    """An audit found --force stuck on a damaged export (it read the old manifest first and raised "export
+    again (--force)"), and an export that replaced whatever folder --out named, the adapter itself included."""
+    out = tmp_path / "gguf"
+    E.export_adapter(work.adapter, out, E.ExportConfig(variants=("lora",)), progress=False)
+    lora = out / E.FILES["lora"]
+    lora.write_bytes(lora.read_bytes()[:1000])  # truncated
+    m = E.export_adapter(work.adapter, out, E.ExportConfig(variants=("lora",), force=True), progress=False)
+    assert E.read_manifest(out, verify="sha256") == m
+    (out / "manifest.json").write_text("{broken")  # a damaged manifest: no force needed to make it again
+    assert E.export_adapter(work.adapter, out, E.ExportConfig(variants=("lora",)), progress=False)["files"]
+    run = tmp_path / "run"
+    shutil.copytree(work.adapter, run / "sft")
+    (run / "notes.txt").write_text("mine")
+    for target, words in ((run, "holds the adapter being exported"), (tmp_path / "other", "is not an export folder")):
+        target.mkdir(exist_ok=True)
+        (target / "notes.txt").write_text("mine")
+        with pytest.raises(E.ExportError, match=words):
+            E.export_adapter(run / "sft", target, E.ExportConfig(variants=("lora",)), progress=False)
+        assert (target / "notes.txt").read_text() == "mine"
+    assert (run / "sft" / "adapter_config.json").is_file()
+
+
 def test_llamacpp_switches_the_exported_adapter_like_peft(work, ref, tmp_path):
     """The exported LoRA switched in and out of one llama.cpp context, and the PEFT adapter switched in
     and out of one transformers model: each restores its base output exactly."""

@@ -201,7 +201,11 @@ def export_adapter(adapter_dir: str | os.PathLike, out_dir: str | os.PathLike, c
         base_info["model.safetensors_sha256"] = json.loads(bm.read_text()).get("model.safetensors_sha256")
     quantized = [v for v in _QUANTIZED if v in cfg.variants]
     calib = _calibration_info(list(calibration), calibration_label, cfg.imatrix_rows) if quantized else None
-    old = read_manifest(out_dir, verify="size", missing_ok=True)
+    _check_out_dir(out_dir, adapter_dir)
+    try:  # an export already there is reused when it is this one; a damaged one is simply made again
+        old = None if cfg.force else read_manifest(out_dir, verify="size", missing_ok=True)
+    except ExportError:
+        old = None
     if (old is not None and not cfg.force and old.get("source_adapter", {}).get("sha256") == source["sha256"]
             and old.get("base", {}).get("model.safetensors_sha256") == base_info.get("model.safetensors_sha256")
             and old.get("exporter_version") == EXPORT_VERSION and set(cfg.variants) <= set(old["files"])
@@ -315,6 +319,28 @@ def export_adapter(adapter_dir: str | os.PathLike, out_dir: str | os.PathLike, c
         if work.exists():
             shutil.rmtree(work, ignore_errors=True)
     return manifest
+
+
+def _check_out_dir(out_dir: Path, adapter_dir: Path) -> None:
+    """Refuse an output folder the export would destroy: it replaces ``out_dir`` as a whole, which is right for
+    an earlier export (its manifest, or only the files an export writes) and wrong for anything else (a run
+    folder, the adapter itself)."""
+    if not out_dir.exists():
+        return
+    if not out_dir.is_dir():
+        raise ExportError(f"--out {out_dir} is a file; give a folder for the export")
+    a, o = adapter_dir.resolve(), out_dir.resolve()
+    if a == o or o in a.parents:
+        raise ExportError(f"--out {out_dir} holds the adapter being exported ({adapter_dir}); the export replaces its "
+                          "folder as a whole: give another folder, e.g. <run>/gguf")
+    if (out_dir / "manifest.json").is_file():
+        return
+    ours = set(FILES.values()) | {"manifest.json", "meta.json"}
+    foreign = sorted(p.name for p in out_dir.iterdir() if p.name not in ours)
+    if foreign:
+        raise ExportError(f"--out {out_dir} is not an export folder and holds {', '.join(foreign[:5])}"
+                          f"{' ...' if len(foreign) > 5 else ''}; the export replaces its folder as a whole: give an "
+                          "empty or new folder, e.g. <run>/gguf")
 
 
 def _swap_in(work: Path, final: Path) -> None:
