@@ -300,3 +300,39 @@ def test_a_copied_models_folder_keeps_its_finished_stages(tiny_base, rows, tmp_p
     (b / "mags_manifest.json").write_text(json.dumps({"model.safetensors_sha256": "0" * 64}))
     assert not train_stage("sft", cfg, rows["write"]["train"][:4], tmp_path / "b" / "run" / "sft", base_dir=b,
                            **kw).skipped
+
+
+def test_an_interrupted_grpo_stage_resumes_its_policy(tiny_base, rows, tmp_path):
+    """A GRPO checkpoint keeps the policy at its top level and TRL's reference copy in ref/; transformers' resume
+    loaded only ref/, so the resumed stage went on from the warm start's weights (found by an audit: KL 0 at the
+    first resumed step, other losses, another adapter). Resumed, it equals the uninterrupted run."""
+    from transformers import TrainerCallback
+
+    train = rows["answer"]["train"][:8]
+    prompt = ROLE_SPECS["answer"].trained
+    kw = dict(base_dir=tiny_base, prompt=prompt, data_hashes={"t": "1"}, progress=False, note=lambda s: None)
+    cfg = _tiny_cfg("answer", max_steps=2, save_steps=2)
+    sft = train_stage("sft", cfg, train[:4], tmp_path / "sft", **kw)
+    grpo = GRPOConfig(max_steps=4, prompts_per_step=2, num_generations=4, learning_rate=5e-3, beta=0.05,
+                      max_completion_length=8, rewards={"answer_correct": 1.0, "abstention": 0.5, "brevity": 1.0},
+                      save_steps=2, select_hard=False)
+    cfg = dataclasses.replace(cfg, grpo=grpo)
+
+    class Boom(TrainerCallback):
+        def on_step_end(self, args, state, control, **k):
+            if state.global_step == 3:
+                raise RuntimeError("interrupted at step 3")
+
+    ref = train_stage("grpo", cfg, train, tmp_path / "ref", init_adapter=sft.folder, **kw)
+    with pytest.raises(RuntimeError, match="interrupted at step 3"):
+        train_stage("grpo", cfg, train, tmp_path / "int", init_adapter=sft.folder, callbacks=[Boom()], **kw)
+    assert (tmp_path / "int" / "checkpoints" / "checkpoint-2" / "ref" / "adapter_config.json").is_file()
+    res = train_stage("grpo", cfg, train, tmp_path / "int", init_adapter=sft.folder, **kw)
+    assert res.resumed_from == 2 and res.steps == 4
+    a, b = _weights(tmp_path / "ref"), _weights(tmp_path / "int")
+    import torch
+
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    with open(tmp_path / "ref" / "log.csv") as f, open(tmp_path / "int" / "log.csv") as g:
+        kl = [[(r["step"], r["kl"]) for r in csv.DictReader(h)] for h in (f, g)]
+    assert kl[0] == kl[1]

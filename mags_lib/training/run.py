@@ -672,6 +672,8 @@ def train_stage(stage: str, cfg: TrainConfig, rows: Sequence[dict], folder: Path
         spent = grpo_profile(trainer)  # seconds in generation, log-prob forwards, rewards
     if progress:
         _text_progress(trainer)
+    if ckpt is not None:
+        _load_policy_of(trainer.model, ckpt)
     t_train = time.perf_counter()
     trainer.train(resume_from_checkpoint=str(ckpt) if ckpt else None)
     seconds = time.perf_counter() - t0
@@ -695,6 +697,24 @@ def train_stage(stage: str, cfg: TrainConfig, rows: Sequence[dict], folder: Path
     _finish_adapter(trainer.model, folder, meta)
     del trainer, model
     return StageResult(stage, folder, False, resume_step or None, steps, seconds, metrics)
+
+
+def _load_policy_of(model: Any, ckpt: Path) -> None:
+    """The trained adapter of checkpoint ``ckpt`` into ``model``'s active adapter, where transformers would not.
+
+    A GRPO checkpoint holds the policy's adapter at its top level and TRL's reference copy of the warm start in
+    ``ref/``; transformers' resume loads only the subfolder adapters when a checkpoint has any, so the policy
+    went on from the warm start's weights (with the optimizer state of the checkpoint's step). Loaded here; a
+    checkpoint without subfolder adapters is left to transformers, which loads it itself.
+    """
+    weights = ckpt / "adapter_model.safetensors"
+    subfolders = [d for d in ckpt.iterdir() if d.is_dir() and (d / "adapter_config.json").is_file()]
+    if not weights.is_file() or not subfolders or not hasattr(model, "active_adapter"):
+        return
+    from peft import set_peft_model_state_dict
+    from safetensors.torch import load_file
+
+    set_peft_model_state_dict(model, load_file(str(weights)), adapter_name=model.active_adapter)
 
 
 def _StopAfter(n: int):  # noqa: N802 - a factory that returns a TrainerCallback instance
