@@ -270,10 +270,21 @@ def test_a_time_limit_stops_the_warm_start_resumably_and_grpo_waits_for_it(tiny_
     run = tmp_path / "write" / "t"
     assert not (run / "sft" / "adapter_model.safetensors").exists()
     assert (run / "sft" / "checkpoints" / "checkpoint-1" / "meta.json").is_file()
+    # not a finished run: never listed or served, and nothing can continue it (it was listed as a finished "sft"
+    # run with no adapter, and init_from failed deep inside, after making the variant's folder; an audit found it)
+    from mags_lib.training import list_runs, read_run_meta
+
+    assert meta["final_stage"] is None and read_run_meta(run) is None and list_runs(tmp_path) == {}
+    var = dataclasses.replace(cfg, sft=dataclasses.replace(cfg.sft, init_from="t"))
+    with pytest.raises(FileNotFoundError, match="no finished write run"):
+        train_role("write", run_tag="v", config=var, data=data, models_root=tmp_path, progress=False)
+    with pytest.raises(ValueError, match="missing or unfinished"):
+        train_role("write", run_tag="w", config=cfg, data=data, models_root=tmp_path, progress=False, warm_start="t")
+    assert sorted(p.name for p in (tmp_path / "write").iterdir()) == ["t"]  # nothing left by the refusals
     meta = train_role("write", run_tag="t", config=cfg, data=data, models_root=tmp_path, progress=False,
                       note=notes.append)
     assert meta["stages"]["sft"]["steps"] == 6 and meta["stages"]["sft"]["resumed_from"] == 1
-    assert meta["stages"]["grpo"]["steps"] == 1
+    assert meta["stages"]["grpo"]["steps"] == 1 and meta["final_stage"] == "grpo"
     assert (run / "grpo" / "adapter_model.safetensors").is_file()
 
 

@@ -14,8 +14,9 @@
 
 Every stage adapter is a plain PEFT adapter on the base model named in ``meta.json`` (GRPO continues
 the warm-start adapter), so the transformers backend serves any stage directly. The run's
-``meta.json`` is written when a stage finishes and names the ``final_stage`` (``"grpo"``, or
-``"sft"`` when the run has no GRPO stage yet); a run without it is unfinished and never served.
+``meta.json`` is written after each stage and names the ``final_stage``, the last stage that finished
+(``"grpo"``, or ``"sft"`` when the run has no finished GRPO stage yet); a run without one (its warm start
+stopped early) is unfinished and never served.
 """
 
 from __future__ import annotations

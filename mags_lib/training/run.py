@@ -889,12 +889,12 @@ def train_role(role: str, *, run_tag: str, config: TrainConfig, data: dict | Non
         note(data["seed_skipped"])
     base_dir = base_model_dir(models_root)
     prompt = ROLE_SPECS[role].trained
-    folder.mkdir(parents=True, exist_ok=True)
     rows = training_rows(data, config)
-    if warm_start is not None:
+    if warm_start is not None:  # checked (and copied) before the run folder exists: a wrong tag leaves nothing
         ident = _stage_ident("sft", config, rows, base_dir=base_dir, prompt=prompt, data_hashes=data["hashes"],
                              init_adapter=None)
         reuse_warm_start(run_dir(role, warm_start, models_root) / "sft", folder / "sft", stage_hash(ident), note)
+    folder.mkdir(parents=True, exist_ok=True)
     results = {}
     results["sft"] = train_stage("sft", config, rows, folder / "sft", base_dir=base_dir, prompt=prompt,
                                  data_hashes=data["hashes"], init_adapter=init, backend=backend, progress=progress,
@@ -919,7 +919,14 @@ def train_role(role: str, *, run_tag: str, config: TrainConfig, data: dict | Non
 def _write_run_meta(folder: Path, cfg: TrainConfig, results: dict, hashes: dict, base_dir: Path,
                     prompt: PromptSpec, seconds: float) -> dict:
     old = read_run_meta(folder) or {}
-    final = "grpo" if "grpo" in results else "sft"
+
+    def finished(stage: str) -> bool:
+        r = results.get(stage)
+        return r is not None and (r.skipped or r.steps >= getattr(cfg, stage).max_steps)
+
+    # the final stage is the last one that finished (GRPO, else the warm start: served while GRPO is pending);
+    # a stage stopped early (a time limit) was named final with no adapter behind it
+    final = "grpo" if finished("grpo") else "sft" if finished("sft") else None
     meta = {"format": FORMAT, "role": cfg.role, "run_tag": folder.name, "base_model": _base_model_id(base_dir),
             "data": hashes, "config": cfg.to_dict(), "prompt": prompt.to_dict(), "final_stage": final,
             "stages": {s: {"folder": s, "steps": r.steps, "skipped": r.skipped, "resumed_from": r.resumed_from,
