@@ -809,6 +809,28 @@ REGISTRY: dict[str, Callable[..., list[float]]] = {
 }
 
 
+_CALL_ARGS = frozenset({"completions", "prompts", "kwargs"})  # what the trainer passes, not options
+
+
+def check_reward_options(name: str, options: dict) -> None:
+    """Raise ``ValueError`` naming any option reward ``name`` does not take (its keyword parameters other than
+    the trainer's own columns): the reward functions take ``**kwargs``, so a misspelt option was bound and
+    silently ignored."""
+    import inspect
+
+    if name not in REGISTRY:
+        raise KeyError(f"unknown reward {name!r}: choose from {sorted(REGISTRY)}")
+    if not isinstance(options, dict):
+        raise TypeError(f"options of reward {name!r} must be a dict, got {type(options).__name__}")
+    params = inspect.signature(REGISTRY[name]).parameters
+    takes = sorted({p for p, v in params.items() if p not in _CALL_ARGS and v.kind != v.VAR_KEYWORD}
+                   | (set(GraphCostConfig.__dataclass_fields__) if name == "graph_cost" else set()))
+    unknown = sorted(set(options) - set(takes))
+    if unknown:
+        raise ValueError(f"reward {name!r} takes no option {', '.join(map(repr, unknown))}; its options: "
+                         f"{', '.join(takes) or 'none'}")
+
+
 def get_reward(name: str, **options) -> Callable[..., list[float]]:
     """The reward ``name`` with ``options`` bound (picklable ``functools.partial``, ``__name__`` kept).
 
@@ -823,4 +845,5 @@ def get_reward(name: str, **options) -> Callable[..., list[float]]:
     fn = REGISTRY[name]
     if not options:
         return fn
+    check_reward_options(name, options)
     return functools.update_wrapper(functools.partial(fn, **options), fn)

@@ -15,7 +15,7 @@ from mags_lib.backends import Generation
 from mags_lib.models import ModelNotFoundError
 from mags_lib.roles import ROLE_SPECS, PromptSpec, prompt_for_model
 from mags_lib.training import GRPOConfig, SFTConfig, TrainConfig, find_trained_model, help_text, list_runs
-from mags_lib.training import profile_config
+from mags_lib.training import LoraSpec, profile_config
 from mags_lib.training.run import last_complete_checkpoint
 
 
@@ -134,6 +134,9 @@ def test_trained_tag_is_checked():
     ({"max_steps": 0}, "max_steps"),            # no training at all
     ({"learning_rate": 2.0}, "learning_rate"),  # out of range
     ({"n_seed": -2}, "n_seed"),                 # -1 means all, below is nonsense
+    # an audit found these accepted, and a NaN weight decay trained, saved and served an all-NaN adapter
+    ({"weight_decay": float("nan")}, "weight_decay must be a finite number"),
+    ({"weight_decay": float("inf")}, "weight_decay must be a finite number"),
 ])
 def test_sft_config_checks(kwargs, match):
     with pytest.raises(ValueError, match=match):
@@ -145,10 +148,34 @@ def test_sft_config_checks(kwargs, match):
     ({"rewards": {}}, "REGISTRY"),                                          # no reward at all
     ({"rewards": {"format": 1.0}, "num_generations": 1}, "num_generations"),  # no group to compare
     ({"rewards": {"format": 1.0}, "reward_options": {"op_f1": {}}}, "not used"),  # options of an unused reward
+    ({"rewards": {"format": 1.0}, "beta": float("nan")}, "beta must be a finite number"),
+    ({"rewards": {"format": 1.0}, "temperature": float("nan")}, "temperature must be a finite number"),
+    ({"rewards": {"format": 1.0}, "num_generations": 2.5}, "num_generations must be an int"),
+    ({"rewards": {"format": float("nan")}}, "reward weights must be finite"),
+    ({"rewards": {"format": "1"}}, "reward weights must be finite"),
+    # a misspelt option was bound and ignored by the reward's **kwargs: a wrong guess still scored 1.0
+    ({"rewards": {"abstention": 1.0}, "reward_options": {"abstention": {"wrong_anwser": -1.0}}},
+     "takes no option 'wrong_anwser'; its options: aliases, wrong_answer"),
+    ({"rewards": {"brevity": 1.0}, "reward_options": {"brevity": {"slak": 2}}}, "takes no option 'slak'"),
 ])
 def test_grpo_config_checks(kwargs, match):
     with pytest.raises(ValueError, match=match):
         GRPOConfig(**kwargs)
+
+
+def test_lora_and_seed_checks():
+    assert LoraSpec(target_modules="q_proj").target_modules == ("q_proj",)  # one name, not its characters
+    for kw, match in (({"r": 4.5}, "r must be an int"), ({"alpha": float("nan")}, "alpha must be a finite")):
+        with pytest.raises(ValueError, match=match):
+            LoraSpec(**kw)
+    for seed in (-1, 1.5, True):
+        with pytest.raises(ValueError, match="seed must be an integer"):
+            TrainConfig(role="write", seed=seed)
+    from mags_lib.rewards import get_reward
+
+    assert get_reward("graph_cost", ops_weight=2.0)  # GraphCostConfig's fields are its options
+    with pytest.raises(ValueError, match="takes no option 'opsweight'"):
+        get_reward("graph_cost", opsweight=2.0)
 
 
 def test_profiles_and_help():

@@ -18,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -49,6 +50,14 @@ def help_text(cls: type, name: str) -> str:
     raise KeyError(f"{cls.__name__} has no field {name!r}")
 
 
+def _finite(obj: Any, name: str, lo: float, *, above: bool = False) -> None:
+    """``obj.name`` is a finite number >= ``lo`` (> ``lo`` with ``above``): NaN passed every ``<`` check."""
+    v = getattr(obj, name)
+    ok = isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and (v > lo if above else v >= lo)
+    if not ok:
+        raise ValueError(f"{type(obj).__name__}.{name} must be a finite number {'>' if above else '>='} {lo}, got {v!r}")
+
+
 def _positive(obj: Any, *names: str) -> None:
     for n in names:
         v = getattr(obj, n)
@@ -66,8 +75,10 @@ class LoraSpec:
     target_modules: tuple[str, ...] = _f(ALL_LINEAR, "linear layers that get an adapter (all of them by default)")
 
     def __post_init__(self) -> None:
-        if self.r < 1 or self.alpha <= 0:
-            raise ValueError(f"LoRA needs r >= 1 and alpha > 0, got r={self.r}, alpha={self.alpha}")
+        _positive(self, "r")
+        _finite(self, "alpha", 0, above=True)
+        if isinstance(self.target_modules, str):  # one module name, not its characters
+            object.__setattr__(self, "target_modules", (self.target_modules,))
         if not 0.0 <= self.dropout < 1.0:
             raise ValueError(f"LoRA dropout must be in [0, 1), got {self.dropout}")
         if not self.target_modules:
@@ -123,8 +134,9 @@ class SFTConfig:
             raise ValueError(f"init_from must be None or a run tag, got {self.init_from!r}")
         if not 0 < self.learning_rate < 1:
             raise ValueError(f"learning_rate must be in (0, 1), got {self.learning_rate}")
-        if not 0 <= self.warmup_ratio < 1 or self.weight_decay < 0:
-            raise ValueError("warmup_ratio must be in [0, 1) and weight_decay >= 0")
+        if not 0 <= self.warmup_ratio < 1:
+            raise ValueError(f"warmup_ratio must be in [0, 1), got {self.warmup_ratio!r}")
+        _finite(self, "weight_decay", 0)
         if self.n_generated < 0 or self.n_seed < -1:
             raise ValueError("n_generated must be >= 0 and n_seed >= -1")
         if self.batching not in BATCHING:
@@ -156,10 +168,17 @@ class GRPOConfig:
     def __post_init__(self) -> None:
         _positive(self, "max_steps", "prompts_per_step", "max_completion_length", "n_prompts", "save_steps",
                   "save_total_limit", "logging_steps")
+        _positive(self, "num_generations")
         if self.num_generations < 2:
             raise ValueError(f"GRPO needs num_generations >= 2 (a group), got {self.num_generations}")
-        if not 0 < self.learning_rate < 1 or self.beta < 0 or self.temperature <= 0:
-            raise ValueError("learning_rate in (0, 1), beta >= 0 and temperature > 0 required")
+        if not 0 < self.learning_rate < 1:
+            raise ValueError(f"learning_rate must be in (0, 1), got {self.learning_rate!r}")
+        _finite(self, "beta", 0)
+        _finite(self, "temperature", 0, above=True)
+        bad = {k: w for k, w in self.rewards.items()
+               if isinstance(w, bool) or not isinstance(w, (int, float)) or not math.isfinite(w)}
+        if bad:
+            raise ValueError(f"reward weights must be finite numbers, got {bad}")
         unknown = set(self.rewards) - set(REGISTRY)
         if unknown or not self.rewards:
             raise ValueError(f"rewards must name rewards of mags_lib.rewards.REGISTRY {sorted(REGISTRY)}, "
@@ -167,6 +186,10 @@ class GRPOConfig:
         stray = set(self.reward_options) - set(self.rewards)
         if stray:
             raise ValueError(f"reward_options for rewards that are not used: {sorted(stray)}")
+        from ..rewards import check_reward_options
+
+        for name, opts in self.reward_options.items():
+            check_reward_options(name, opts)  # a misspelt option was bound and silently ignored
 
 
 JOINT = "joint"  # the role name of one model trained for several roles (mags_lib.training.joint)
@@ -188,6 +211,8 @@ class TrainConfig:
     threads: int | None = _f(None, "torch threads (None: every usable core; on a shared machine 1 is faster)")
 
     def __post_init__(self) -> None:
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or not 0 <= self.seed < 2**32:
+            raise ValueError(f"seed must be an integer in [0, 2**32), got {self.seed!r}")
         if self.role not in (*ROLE_NAMES, JOINT):
             raise ValueError(f"role must be one of {(*ROLE_NAMES, JOINT)}, got {self.role!r}")
         if self.profile not in PROFILES:
