@@ -671,30 +671,38 @@ def consolidate(m: Any, config: ConsolidationConfig | None = None, *, root: str 
 
     shutil.rmtree(folder / "checkpoints", ignore_errors=True)  # a finished adapter needs no resume point
     eids = sorted(chosen)
-    with m.graph.transaction():
-        if cfg.after == "demote":
-            changed = m.graph.demote(eids, cfg.demote_factor)
-        elif cfg.after == "prune":
-            changed = m.graph.forget(eids)
-        else:
-            changed = 0
-    m.set_consolidated(folder)
-    after = m.snapshot()
-    kinds: dict[str, int] = {}
-    for r in rows:
-        kinds[r["kind"]] = kinds.get(r["kind"], 0) + 1
-    result = ConsolidationResult(version, folder, after, before, facts, kinds, time.perf_counter() - t0,
-                                 train_seconds, _dir_bytes(folder), changed, data["eval"], data["negatives_eval"],
-                                 train_metrics=metrics)
-    from . import repro
+    after = None
+    try:  # all or nothing: a failure from here on (a full disk writing the record) leaves memory and adapter as before
+        with m.graph.transaction():
+            if cfg.after == "demote":
+                changed = m.graph.demote(eids, cfg.demote_factor)
+            elif cfg.after == "prune":
+                changed = m.graph.forget(eids)
+            else:
+                changed = 0
+        m.set_consolidated(folder)
+        after = m.snapshot()
+        kinds: dict[str, int] = {}
+        for r in rows:
+            kinds[r["kind"]] = kinds.get(r["kind"], 0) + 1
+        result = ConsolidationResult(version, folder, after, before, facts, kinds, time.perf_counter() - t0,
+                                     train_seconds, _dir_bytes(folder), changed, data["eval"], data["negatives_eval"],
+                                     train_metrics=metrics)
+        from . import repro
 
-    record = {"format": FORMAT, "version": version, "config": cfg.to_dict(), "prompt": prompt.to_dict(),
-              "answer_adapter": _adapter_identity(under, under_sha),
-              "facts": [{k: f[k] for k in ("id", "subject", "relation", "object", "strength", "uses", "sources")}
-                        for f in facts], "eval": data["eval"], "negatives_eval": data["negatives_eval"],
-              "train_metrics": metrics, **result.summary(), "git_sha": repro.git_sha(),
-              "written_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
-    repro.atomic_write_text(folder / "consolidation.json", json.dumps(record, indent=1, default=str))
+        record = {"format": FORMAT, "version": version, "config": cfg.to_dict(), "prompt": prompt.to_dict(),
+                  "answer_adapter": _adapter_identity(under, under_sha),
+                  "facts": [{k: f[k] for k in ("id", "subject", "relation", "object", "strength", "uses", "sources")}
+                            for f in facts], "eval": data["eval"], "negatives_eval": data["negatives_eval"],
+                  "train_metrics": metrics, **result.summary(), "git_sha": repro.git_sha(),
+                  "written_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+        repro.atomic_write_text(folder / "consolidation.json", json.dumps(record, indent=1, default=str))
+    except BaseException:
+        m.rollback(before)  # the graph and the adapter the snapshot was taken with
+        if after is not None and after in m.graph.snapshots:
+            m.drop_snapshot(after)
+        shutil.rmtree(folder, ignore_errors=True)  # never served: no version without its record
+        raise
     return result
 
 

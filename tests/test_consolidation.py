@@ -481,3 +481,42 @@ def test_block_ranks_tell_recall_misses_from_reader_misses():
     assert got["new_rank"] == 1 and got["old_unmarked_in_block"]  # the old value shown as if still true
     got = _block_ranks(["Pruman plays harmonica"], "hiking", "stargazing")
     assert got == {"new_rank": None, "new_in_block": False, "new_first_in_block": False, "old_unmarked_in_block": False}
+
+
+def test_a_consolidation_that_fails_at_its_last_step_changes_nothing(tmp_path, monkeypatch):
+    """Writing the version's record failed (a full disk) after the graph was demoted and the new adapter served:
+    the memory stayed demoted and a version without its record was served (found by an audit). Now the memory,
+    the adapter in use and the versions folder are as before."""
+    from pathlib import Path
+
+    from mags_lib import consolidation as C
+    from mags_lib import models, repro
+
+    g = LiquidGraph(HashEmbedder(dim=64), seed=0)
+    for i, t in enumerate([("Blorps", "eat", "frozen lemons"), ("Quindles", "live in", "Teal Bridge")]):
+        g.engram([t], source=f"S{i}")
+    m = MAGS(MAGSConfig(embedder="hash"), graph=g)
+
+    def fake_train(tcfg, rows, folder, **kw):  # what the trainer leaves: an adapter folder
+        folder.mkdir(parents=True)
+        (folder / "adapter_config.json").write_text("{}")
+        return {}
+
+    monkeypatch.setattr(C, "_train_shared_prefix", fake_train)
+    monkeypatch.setattr(models, "base_model_dir", lambda *a, **k: tmp_path / "base")
+    real_write = repro.atomic_write_text
+
+    def full_disk(path, text):
+        if Path(path).name == "consolidation.json":
+            raise OSError(28, "No space left on device")
+        return real_write(path, text)
+
+    monkeypatch.setattr(repro, "atomic_write_text", full_disk)
+    cfg = ConsolidationConfig(min_strength=0.0, min_uses=0, after="demote")
+    before = g._state()
+    with pytest.raises(OSError, match="No space left"):
+        consolidate(m, cfg, root=tmp_path / "cons", note=lambda s: None)
+    from mags_lib.graph.core import _state_differences
+
+    assert _state_differences(before, g._state()) == [] and m.consolidated is None
+    assert list((tmp_path / "cons").iterdir()) == []
