@@ -130,6 +130,20 @@ def test_argument_checks(llama):
     with pytest.raises(ValueError, match="invalid GBNF"):
         llama.generate([CHAT], grammar="root ::= (")
     assert llama.generate([]) == []
+    # found by an audit: an empty raw prompt was an IndexError, a stop given as a string stopped at any of its
+    # characters, n_parallel above llama.cpp's 256 sequences failed on the first batched call
+    with pytest.raises(ValueError, match="prompt 1 is empty"):
+        llama.generate(["Paris is", ""])
+    with pytest.raises(TypeError, match="stop must be a string or a list of strings"):
+        llama.generate([CHAT], stop=[None])
+    with pytest.raises(ValueError, match=r"n_parallel must be an integer in \[1, 256\]"):
+        load_backend("llamacpp", n_parallel=257)
+
+
+def test_a_stop_string_given_alone_is_one_stop(llama):
+    as_list = llama.generate([FIXED], max_new_tokens=24, stop=["</memory_ask>"])[0]
+    alone = llama.generate([FIXED], max_new_tokens=24, stop="</memory_ask>")[0]
+    assert alone.text == as_list.text and alone.text.startswith("<memory_ask>") and len(alone.text) > 3
 
 
 def test_stop_strings_cut_the_text(llama):
@@ -400,10 +414,11 @@ def test_backends_of_one_file_share_the_model_and_keep_their_own_state(llama, tm
     with load_backend("llamacpp", n_ctx=256, n_threads=1, share_model=False) as private:
         assert private.model_handle != llama.model_handle and not private.shares_model
         assert private.generate([CHAT], max_new_tokens=8)[0].text == base_text
+    users = shared_models()[llama.base_model_path]  # 1, or more where another test's backend is still open
     other = load_backend("llamacpp", model=tmp_path / "noise.gguf", n_ctx=256, n_threads=1)
     try:
         assert other.model_handle == llama.model_handle and other.shares_model
-        assert shared_models()[llama.base_model_path] == 2
+        assert shared_models()[llama.base_model_path] == users + 1
         noisy = other.generate([CHAT], max_new_tokens=8)[0].text
         assert noisy != base_text
         # each context keeps its own adapter, interleaved
@@ -412,7 +427,7 @@ def test_backends_of_one_file_share_the_model_and_keep_their_own_state(llama, tm
             assert other.generate([CHAT], max_new_tokens=8)[0].text == noisy
     finally:
         other.close()
-    assert shared_models()[llama.base_model_path] == 1
+    assert shared_models()[llama.base_model_path] == users
     assert llama.generate([CHAT], max_new_tokens=8)[0].text == base_text  # the model outlived the other
 
 
@@ -525,6 +540,12 @@ def test_generation_memo_answers_repeated_greedy_calls_and_nothing_else():
     assert (base, tuned) == ("(owl, eats, mice)", "write: (owl, eats, mice)") and len(memo) == 1
     with pytest.raises(ValueError, match="max_entries"):
         GenerationMemo(max_entries=0)
+    # what else decides the output is part of the key (an adapter file loaded at another scale gave another
+    # backend's answer: an audit found it)
+    a.memo_identity = lambda: ["base.gguf", 0.0]
+    k0 = GenerationMemo.key(a, owl, 8, None, [])
+    a.memo_identity = lambda: ["base.gguf", 1.0]
+    assert GenerationMemo.key(a, owl, 8, None, []) != k0
 
 
 # -- the decoding loop against llama-cpp-python's own completion; several prompts at once ----------
@@ -601,5 +622,5 @@ def test_several_prompts_decoded_together(tmp_path):
             assert (with_adapter == base) == (name == "zero"), (name, with_adapter, base)
         b.unload_adapter("noise")  # the active one: the group's context drops it too
         assert [g.text for g in b.generate(prompts[:4], max_new_tokens=16)] == base
-    with pytest.raises(ValueError, match="n_parallel must be an integer >= 1"):
+    with pytest.raises(ValueError, match=r"n_parallel must be an integer in \[1, 256\]"):
         load_backend("llamacpp", n_parallel=0)

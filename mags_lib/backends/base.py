@@ -107,6 +107,9 @@ class GenerationMemo:
         active = backend.active_adapter
         ident = [backend.name, backend.model_path, active, backend.adapters.get(active) if active else None,
                  getattr(backend, "n_ctx", None), prompt, int(max_new_tokens), grammar, list(stop)]
+        extra = backend.memo_identity()  # what else decides the output (an adapter's scale, the base under a LoRA)
+        if extra:  # appended only when there is some: the keys of every other backend are what they were
+            ident.append(extra)
         if stop_repeats:  # appended only when set: the keys of every other call are what they were
             ident.append("stop_repeats")
         return hashlib.sha256(json.dumps(ident, sort_keys=True, default=str).encode()).hexdigest()
@@ -257,7 +260,14 @@ class Backend(abc.ABC):
             raise ValueError("grammar is an empty string; pass a GBNF grammar or None")
         if not isinstance(stop_repeats, bool):
             raise TypeError(f"stop_repeats must be True or False, got {stop_repeats!r}")
+        if isinstance(stop, str):  # one stop string, not its characters (llama-cpp-python takes a string too)
+            stop = [stop]
+        if stop is not None and not all(isinstance(s, str) for s in stop):
+            raise TypeError(f"stop must be a string or a list of strings, got {stop!r:.80}")
         stop = [s for s in (stop or []) if s]
+        for i, p in enumerate(prompts):
+            if isinstance(p, str) and not p:
+                raise ValueError(f"prompt {i} is empty: a completion needs at least one token of prompt")
         if not prompts:
             return []
         memo = _MEMO[-1] if _MEMO and temperature == 0 else None
@@ -370,6 +380,11 @@ class Backend(abc.ABC):
     @abc.abstractmethod
     def render(self, messages: Sequence[dict]) -> str:
         """The prompt text the model sees for chat ``messages`` (template + generation prompt)."""
+
+    def memo_identity(self) -> list:
+        """What decides this backend's greedy output beyond its name, model path, active adapter's path and
+        ``n_ctx`` (part of :meth:`GenerationMemo.key`); empty by default."""
+        return []
 
     def close(self) -> None:
         """Release the model (idempotent). The backend is unusable afterwards."""

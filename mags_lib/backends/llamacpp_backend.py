@@ -278,6 +278,9 @@ def usable_cores() -> int:
         return os.cpu_count() or 1
 
 
+_MAX_SEQ = 256  # llama.cpp's LLAMA_MAX_SEQ: sequences one context decodes together
+
+
 class _SharedModel:
     """One llama.cpp model (the weights) that several backends' contexts run on.
 
@@ -456,8 +459,9 @@ class LlamaCppBackend(Backend):
                                           "llama-cpp-python==0.3.36") from e
         if n_ctx < 64:
             raise ValueError(f"n_ctx must be >= 64, got {n_ctx}")
-        if isinstance(n_parallel, bool) or not isinstance(n_parallel, int) or n_parallel < 1:
-            raise ValueError(f"n_parallel must be an integer >= 1, got {n_parallel!r}")
+        if isinstance(n_parallel, bool) or not isinstance(n_parallel, int) or not 1 <= n_parallel <= _MAX_SEQ:
+            raise ValueError(f"n_parallel must be an integer in [1, {_MAX_SEQ}] (llama.cpp's sequences per "
+                             f"context), got {n_parallel!r}")
         super().__init__()
         self._llama_cpp = llama_cpp
         self.n_threads = int(n_threads) if n_threads else default_threads()
@@ -535,6 +539,12 @@ class LlamaCppBackend(Backend):
             raise ValueError(f"llama.cpp refused the LoRA adapter {path} for the base model "
                              f"{self.base_model_path} (wrong base architecture or tensor shapes?)")
         self._lora[name] = (handle, scale)
+
+    def memo_identity(self) -> list:
+        # the base a LoRA file is applied onto, and the scale the active adapter was loaded at
+        active = self.active_adapter
+        scale = self._lora[active][1] if active in self._lora else None
+        return [self.base_model_path, scale] if self.lora_path or scale not in (None, 1.0) else []
 
     def _apply_lora(self, ctx: Any, name: str | None) -> None:
         """Apply loaded adapter ``name`` (``None``: none) to the llama.cpp context ``ctx``."""

@@ -144,6 +144,11 @@ class TransformersBackend(Backend):
             enc = self.tokenizer(chunk, return_tensors="pt", padding=True, add_special_tokens=False)
             enc = {k: v.to(self.device) for k, v in enc.items()}
             n_prompt = enc["attention_mask"].sum(dim=1).tolist()
+            limit = getattr(self.model.config, "max_position_embeddings", None)
+            if limit and max(n_prompt) + max_new_tokens > limit:  # as llama.cpp's context check (transformers
+                # only logs it and decodes garbage past the trained positions)
+                raise ValueError(f"prompt of {max(n_prompt)} tokens and max_new_tokens={max_new_tokens} do not fit "
+                                 f"the model's {limit} positions; shorten the prompt or ask for fewer tokens")
             kw: dict[str, Any] = {"max_new_tokens": max_new_tokens,
                                   "pad_token_id": self.tokenizer.pad_token_id}
             if temperature > 0:
