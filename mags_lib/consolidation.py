@@ -49,7 +49,7 @@ import dataclasses
 import json
 import re
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -423,6 +423,39 @@ def render_examples(facts: Sequence[dict], config: ConsolidationConfig | None = 
 
 # ------------------------------------------------------------------------------------------------
 # adapters at run time
+def _key(f: Mapping) -> tuple[str, str, str]:
+    return _norm(f["subject"]), _norm(f["relation"]), _norm(f["object"])
+
+
+def carried_facts(m: Any, selected: Sequence[dict]) -> list[dict]:
+    """The facts the consolidation adapter in use (``m.consolidated``) was trained on that the next version
+    must keep: a version trains one new LoRA, so without them it forgets what earlier versions took in (with
+    ``after="prune"`` those facts are gone from the graph too; with ``"demote"`` they were rendered as
+    negatives, "not known"). Left out: facts ``selected`` again, and facts the graph now contradicts (a valid
+    fact with the same subject and relation and another object: the value changed since).
+    """
+    if m.consolidated is None:
+        return []
+    record = Path(m.consolidated) / "consolidation.json"
+    try:
+        old = json.loads(record.read_text()).get("facts") or []
+    except (OSError, ValueError):
+        return []
+    have = {_key(f) for f in selected}
+    now: dict[tuple[str, str], set[str]] = {}
+    for f in m.graph.facts():
+        s, r, o = _key(f)
+        now.setdefault((s, r), set()).add(o)
+    out, seen = [], set()
+    for f in old:
+        k = _key(f)
+        if k in have or k in seen or (k[:2] in now and k[2] not in now[k[:2]]):
+            continue
+        seen.add(k)
+        out.append({**f, "id": f"carried-{f['id']}"})
+    return out
+
+
 def answer_adapter(m: Any) -> Path | None:
     """The trained PEFT adapter inside agent ``m``'s answer model (None: the embedded base model).
 
@@ -650,8 +683,10 @@ def consolidate(m: Any, config: ConsolidationConfig | None = None, *, root: str 
                                    skipped=f"no fact passes the selection (min_strength={cfg.min_strength}, "
                                            f"min_uses={cfg.min_uses}, require_permanent={cfg.require_permanent})")
     chosen = {f["id"] for f in facts}
-    others = [f for f in m.graph.facts() if f["id"] not in chosen]
-    data = render_examples(facts, cfg, others=others)
+    carried = carried_facts(m, facts)  # what the adapter in use holds: the new version must not forget it
+    held = {_key(f) for f in carried}
+    others = [f for f in m.graph.facts() if f["id"] not in chosen and _key(f) not in held]
+    data = render_examples(facts + carried, cfg, others=others)
     rows = data["rows"]
     version = _next_version(root)
     folder = root / f"v{version}"
@@ -693,7 +728,8 @@ def consolidate(m: Any, config: ConsolidationConfig | None = None, *, root: str 
         record = {"format": FORMAT, "version": version, "config": cfg.to_dict(), "prompt": prompt.to_dict(),
                   "answer_adapter": _adapter_identity(under, under_sha),
                   "facts": [{k: f[k] for k in ("id", "subject", "relation", "object", "strength", "uses", "sources")}
-                            for f in facts], "eval": data["eval"], "negatives_eval": data["negatives_eval"],
+                            for f in facts + carried], "carried": len(carried),
+                  "eval": data["eval"], "negatives_eval": data["negatives_eval"],
                   "train_metrics": metrics, **result.summary(), "git_sha": repro.git_sha(),
                   "written_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
         repro.atomic_write_text(folder / "consolidation.json", json.dumps(record, indent=1, default=str))

@@ -520,3 +520,45 @@ def test_a_consolidation_that_fails_at_its_last_step_changes_nothing(tmp_path, m
 
     assert _state_differences(before, g._state()) == [] and m.consolidated is None
     assert list((tmp_path / "cons").iterdir()) == []
+
+
+@pytest.mark.parametrize("after", ["prune", "demote"])
+def test_a_second_consolidation_keeps_what_the_first_took_in(tmp_path, monkeypatch, after):
+    """Each version trains one new LoRA: the second trained on its own selection only, so with after="prune" the
+    first version's facts left both the graph and the served weights (and with "demote" they became negatives,
+    "not known"); found by an audit. The facts of the adapter in use are carried into the next version's rows,
+    unless selected again or contradicted by the graph since."""
+    from mags_lib import consolidation as C
+    from mags_lib import models
+
+    g = LiquidGraph(HashEmbedder(dim=64), seed=0)
+    for i, t in enumerate([("Blorps", "eat", "frozen lemons"), ("Quindles", "live in", "Teal Bridge")]):
+        g.engram([t], source=f"S{i}")
+    m = MAGS(MAGSConfig(embedder="hash"), graph=g)
+    seen: list[list[dict]] = []
+
+    def fake_train(tcfg, rows, folder, **kw):
+        seen.append(list(rows))
+        folder.mkdir(parents=True)
+        (folder / "adapter_config.json").write_text("{}")
+        return {}
+
+    monkeypatch.setattr(C, "_train_shared_prefix", fake_train)
+    monkeypatch.setattr(models, "base_model_dir", lambda *a, **k: tmp_path / "base")
+    # demoted facts (0.5 -> 0.25) fall below min_strength: not selected again, still in the graph
+    cfg = ConsolidationConfig(min_strength=0.3, min_uses=0, after=after, negatives_ratio=1.0)
+    first = consolidate(m, cfg, root=tmp_path / "cons", note=lambda s: None)
+    assert {f["subject"] for f in first.facts} == {"Blorps", "Quindles"}
+    assert len(g.facts()) == (0 if after == "prune" else 2)
+    g.engram([("Snarfs", "fear", "purple umbrellas")], source="S2")
+    g.engram([("Quindles", "live in", "Moon Gate")], source="S3")  # the Teal Bridge no longer holds
+    second = consolidate(m, cfg, root=tmp_path / "cons", note=lambda s: None)
+    record = json.loads((second.adapter / "consolidation.json").read_text())
+    assert record["carried"] == 1
+    assert {(f["subject"], f["object"]) for f in record["facts"]} == {
+        ("Blorps", "frozen lemons"), ("Snarfs", "purple umbrellas"), ("Quindles", "Moon Gate")}
+    taught = [r for r in seen[1] if r["kind"] != "negative"]
+    assert any(r["response"] == "frozen lemons" for r in taught)  # the first version's fact, still taught
+    assert not any("Teal Bridge" in r["response"] for r in seen[1])  # contradicted since: not carried
+    asked = set(C.fact_questions("Blorps", "eat", cfg))  # never "not known" again
+    assert asked and not any(r["input"] in asked for r in seen[1] if r["kind"] == "negative")
