@@ -105,6 +105,16 @@ def test_transformers_stops_decoding_at_the_first_repeated_tag(hf):
 
 
 @pytest.mark.slow
+def test_transformers_counts_new_tokens_as_llama_cpp_does(hf):
+    """The end-of-sequence token that ends a generation is not counted (transformers counted it and llama.cpp
+    did not: the same 7-token answer was 8 tokens on one backend; an audit found it)."""
+    eos = next(iter(hf._eos_ids))
+    assert hf._n_new([11, 12, 13, eos]) == 3 and hf._n_new([11, 12, 13]) == 3
+    pad = hf.tokenizer.pad_token_id
+    if pad is not None and pad not in hf._eos_ids:
+        assert hf._n_new([11, 12, pad, pad]) == 2
+
+
 def test_transformers_stops_decoding_at_a_stop_string(hf):
     """A stop string ends decoding (not only the text), alone and beside the repeat stop; its criterion is built
     once per backend and stop list (transformers' own cache misses on every call: 0.5 s a call)."""

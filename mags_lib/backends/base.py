@@ -57,7 +57,8 @@ class Generation:
     n_prompt_tokens : int
         Tokens in the prompt as the model saw it (chat template included).
     n_new_tokens : int
-        Tokens generated (the end-of-sequence token included when one was produced).
+        Tokens generated; an end-of-sequence token that ended the generation is not counted (every backend
+        counts so, as llama-cpp-python's completion does).
     seconds : float
         Wall time spent producing it. In a batched call every member of the batch reports the time
         of its whole batch. 0 for a generation answered by a :class:`GenerationMemo`.

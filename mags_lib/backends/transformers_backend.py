@@ -124,9 +124,11 @@ class TransformersBackend(Backend):
         return len(self.tokenizer(text, add_special_tokens=False, split_special_tokens=True)["input_ids"])
 
     def _n_new(self, row: list[int]) -> int:
+        """Tokens generated, the end-of-sequence token not counted (as llama.cpp's loop and llama-cpp-python's
+        completion count them: the two backends' counts and tokens/s compare)."""
         for i, t in enumerate(row):
             if t in self._eos_ids:
-                return i + 1
+                return i
         pad = self.tokenizer.pad_token_id
         if pad is not None and pad not in self._eos_ids:
             while row and row[-1] == pad:
