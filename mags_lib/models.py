@@ -59,6 +59,21 @@ class ModelNotFoundError(FileNotFoundError):
     """A model is not on disk; the message says what to install or download and where."""
 
 
+ADAPTER_WEIGHTS = ("adapter_model.safetensors", "adapter_model.bin")
+
+
+def check_adapter_folder(path: str | Path) -> Path:
+    """``path`` as a PEFT adapter folder: ``adapter_config.json`` and its weights, else ``ModelNotFoundError``
+    saying which is missing (PEFT, given a folder without weights, took the path for a hub repo name)."""
+    path = Path(path)
+    if not (path / "adapter_config.json").is_file():
+        raise ModelNotFoundError(f"{path} is not a PEFT adapter folder (no adapter_config.json)")
+    if not any((path / n).is_file() for n in ADAPTER_WEIGHTS):
+        raise ModelNotFoundError(f"{path} holds an adapter_config.json but no weights ({' or '.join(ADAPTER_WEIGHTS)}):"
+                                 " the training that writes it did not finish, or the folder was copied in part")
+    return path
+
+
 @dataclass(frozen=True)
 class ModelSpec:
     """Where a model lives: ``kind`` is ``"hf_dir"`` (a transformers folder) or ``"gguf"``."""

@@ -232,3 +232,19 @@ def test_trained_gguf_default_is_the_manifest_default(tmp_path):
     assert E.trained_gguf("write", "default", models_root=tmp_path) == gdir / "lora-f32.gguf"
     with pytest.raises(ValueError, match="default"):
         E.ExportConfig(default="q5_k")
+
+
+def test_an_adapter_folder_without_weights_says_so(tmp_path):
+    """PEFT took a folder with adapter_config.json but no weights for a hub repo name ("Repo id must be in the
+    form 'repo_name'..."), in the export and in the transformers backend (found by an audit)."""
+    from mags_lib.backends import load_backend
+    from mags_lib.models import check_adapter_folder
+
+    (tmp_path / "adapter_config.json").write_text("{}")
+    for call in (lambda: check_adapter_folder(tmp_path),
+                 lambda: E.export_adapter(tmp_path, tmp_path / "gguf", progress=False),
+                 lambda: load_backend("transformers", model=tmp_path)):
+        with pytest.raises(ModelNotFoundError, match="holds an adapter_config.json but no weights"):
+            call()
+    (tmp_path / "adapter_model.safetensors").write_bytes(b"")
+    assert check_adapter_folder(tmp_path) == tmp_path

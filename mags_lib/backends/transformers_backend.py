@@ -75,7 +75,9 @@ class TransformersBackend(Backend):
                 gguf_file = path.name
                 path = path.parent
             elif not (path / "config.json").is_file() and (path / "adapter_config.json").is_file():
-                adapter_dir = path
+                from ..models import check_adapter_folder
+
+                adapter_dir = check_adapter_folder(path)
                 base = json.loads((path / "adapter_config.json").read_text()).get(
                     "base_model_name_or_path")
                 path = Path(base) if base and Path(base).is_dir() else base_model_dir(models_root)
@@ -197,8 +199,9 @@ class TransformersBackend(Backend):
     def _load_adapter(self, name: str, path: str, scale: float) -> None:
         if scale != 1.0:
             raise ValueError(f"the transformers backend applies PEFT adapters at scale 1.0, got {scale}")
-        if not (Path(path) / "adapter_config.json").is_file():
-            raise ValueError(f"{path} is not a PEFT adapter folder (no adapter_config.json)")
+        from ..models import check_adapter_folder
+
+        check_adapter_folder(path)
         import warnings
 
         from transformers.utils import logging as hf_logging

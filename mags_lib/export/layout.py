@@ -17,7 +17,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from ..models import BASE_DIR_NAME, ModelNotFoundError, base_model_dir
+from ..models import BASE_DIR_NAME, ModelNotFoundError, base_model_dir, check_adapter_folder
 from .gguf_write import (
     ExportError,
     UnsupportedModelError,
@@ -188,8 +188,7 @@ def export_adapter(adapter_dir: str | os.PathLike, out_dir: str | os.PathLike, c
     """
     cfg = config or ExportConfig()
     adapter_dir = Path(adapter_dir)
-    if not (adapter_dir / "adapter_config.json").is_file():
-        raise ModelNotFoundError(f"{adapter_dir} is not a PEFT adapter folder (no adapter_config.json)")
+    check_adapter_folder(adapter_dir)
     base = _adapter_base(adapter_dir, Path(base_dir) if base_dir is not None else None)
     base_config = json.loads((base / "config.json").read_text())
     check_supported(base_config)  # before anything is written
