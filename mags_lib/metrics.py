@@ -268,23 +268,19 @@ def evaluate_predictions(predictions: Sequence[str], golds: Sequence[str], roles
 # --------------------------------------------------------------------------------------------------
 # answers (the reader), by the game's scoring rule
 ABSTAIN_PHRASES = protocol.ABSTAIN_PHRASES  # the game's list: one for every scorer
-_ABSTAIN_NORM = tuple(dict.fromkeys(protocol.normalize_text(p) for p in ABSTAIN_PHRASES))
-
-
-def _has_run(text_norm: str, phrase_norm: str) -> bool:
-    return bool(phrase_norm) and f" {phrase_norm} " in f" {text_norm} "
 
 
 def answer_matches(response: str, aliases: Sequence[str]) -> bool:
-    """Whether a normalised alias occurs in the normalised response as a whole-word run.
+    """Whether an alias occurs in the response as a whole-word run (:func:`mags_lib.protocol.alias_in`:
+    after :func:`~mags_lib.protocol.normalize_answer`, numbers kept whole, the response's abstention
+    phrases left out).
 
     >>> answer_matches("They eat the frozen lemons.", ["frozen lemons"])
     True
-    >>> answer_matches("category", ["cat"]), answer_matches("anything", [])
-    (False, False)
+    >>> answer_matches("category", ["cat"]), answer_matches("anything", []), answer_matches("1,380", ["380"])
+    (False, False, False)
     """
-    norm = protocol.normalize_text(response)
-    return any(_has_run(norm, protocol.normalize_text(a)) for a in aliases)
+    return any(protocol.alias_in(response, a) for a in aliases)
 
 
 def is_abstention(response: str) -> bool:
@@ -293,8 +289,7 @@ def is_abstention(response: str) -> bool:
     >>> is_abstention(protocol.ABSTAIN_ANSWER), is_abstention("I don't know."), is_abstention("Knowing")
     (True, True, False)
     """
-    norm = protocol.normalize_text(response)
-    return any(_has_run(norm, p) for p in _ABSTAIN_NORM)
+    return protocol.abstains(response)
 
 
 def answer_correct(response: str, aliases: Sequence[str]) -> bool:

@@ -48,7 +48,8 @@ from typing import Iterable, Mapping, Sequence
 
 __all__ = [
     "ROLES", "TAGS", "Op", "Parsed", "parse", "split_triplet", "escape_field", "serialize", "SCAN_WORK",
-    "asks_to_text", "writes_to_text", "normalize_text", "normalize_triplet", "GRAMMARS", "grammar",
+    "asks_to_text", "writes_to_text", "normalize_text", "normalize_answer", "normalize_triplet", "abstains",
+    "answer_words", "alias_in", "GRAMMARS", "grammar",
     "SYSTEM_PROMPTS", "TRAINED_SYSTEM_PROMPTS", "FEW_SHOT", "build_messages", "format_facts", "format_item",
     "ABSTAIN_ANSWER", "ABSTAIN_PHRASES",
 ]
@@ -68,11 +69,11 @@ ABSTAIN_PHRASES: tuple[str, ...] = (
     "wasn't mentioned", "was not mentioned", "haven't been told", "have not been told", "wasn't told",
     "was not told", "can't answer", "cannot answer", "can't tell", "cannot tell", "cannot say", "can't say",
     "does not say", "doesn't say", "do not have that information", "don't have that information",
-    "don't have information", "do not have information",
+    "don't have information", "do not have information", "know nothing",
 )
 """Phrases that make a response an abstention ("the information is unknown / not in memory"), matched
-after :func:`normalize_text` as whole-word runs: one list for every scorer (the game's, the reader's held-out
-metrics, the rewards)."""
+after :func:`normalize_answer` as whole-word runs (:func:`abstains`): one list for every scorer (the game's,
+the reader's held-out metrics, the rewards). Their words never count as an answer (:func:`answer_words`)."""
 
 
 @dataclass(frozen=True)
@@ -383,6 +384,74 @@ def normalize_text(s: str) -> str:
     return " ".join(_ARTICLES.sub(" ", s).split())
 
 
+# a number's own punctuation: a thousands comma ("1,380") is dropped, a decimal point or a time's colon ("3.5",
+# "10:30") kept, so that no part of a number matches as a number of its own
+_THOUSANDS = re.compile(r"(?<=\d),(?=\d{3}(?!\d))")
+_IN_NUMBER = re.compile(r"(?<=\d)([.:])(?=\d)")
+_KEEP = {".": "\x00", ":": "\x01"}
+
+
+def normalize_answer(s: str) -> str:
+    """:func:`normalize_text` for scoring answers, numbers kept whole.
+
+    The scorers (the game's, the reader's metrics, the rewards) compare aliases with responses as
+    whole-word runs; there, ``"380"`` must not match ``"1,380 points"`` nor ``"5"`` match ``"3.5"``.
+    A comma between a digit and a group of exactly three digits is dropped (``"1,380"`` is
+    ``"1380"``), a period or colon between digits is kept (``"3.5"``, ``"10:30"``); everything else is
+    :func:`normalize_text`.
+
+    >>> normalize_answer("He scored 1,380 points at 10:30, i.e. 3.5 a minute.")
+    'he scored 1380 points at 10:30 i e 3.5 minute'
+    >>> normalize_answer("Rooms 1,2 and 3.")
+    'rooms 1 2 and 3'
+    """
+    s = _IN_NUMBER.sub(lambda m: _KEEP[m.group(1)], _THOUSANDS.sub("", str(s)))
+    return normalize_text(s).replace("\x00", ".").replace("\x01", ":")
+
+
+_ABSTAIN_RUNS: tuple[str, ...] = ()  # ABSTAIN_PHRASES normalised, longest first (set below, after the list)
+
+
+def abstains(response: str) -> bool:
+    """Whether the response says the information is unknown / not in memory: one of
+    :data:`ABSTAIN_PHRASES` occurs in it, after :func:`normalize_answer`, as a whole-word run.
+
+    >>> abstains("Sorry, I do not know."), abstains("They live in Porto."), abstains("I know nothing of it")
+    (True, False, True)
+    """
+    r = f" {normalize_answer(response)} "
+    return any(f" {p} " in r for p in _ABSTAIN_RUNS)
+
+
+def answer_words(response: str) -> str:
+    """The normalised response (:func:`normalize_answer`) without its abstention phrases: what the
+    aliases of an answerable question are matched in. The words of "I know nothing about it" do not
+    answer "What are you carrying?" (alias ``"nothing"``), nor does "not in my memory" answer with
+    ``"memory"``.
+
+    >>> answer_words("I know nothing about it."), answer_words("Nothing.")
+    ('i about it', 'nothing')
+    """
+    r = f" {normalize_answer(response)} "
+    for p in _ABSTAIN_RUNS:
+        while f" {p} " in r:
+            r = r.replace(f" {p} ", " ")
+    return " ".join(r.split())
+
+
+def alias_in(response: str, alias: str) -> bool:
+    """Whether ``alias`` occurs in :func:`answer_words` of ``response`` as a whole-word run (the game's
+    rule, DESIGN.md).
+
+    >>> alias_in("They eat the frozen lemons.", "frozen lemons"), alias_in("category", "cat")
+    (True, False)
+    >>> alias_in("1,380 points", "380"), alias_in("1,380 points", "1,380"), alias_in("1380", "1,380")
+    (False, True, True)
+    """
+    a = normalize_answer(alias)
+    return bool(a) and f" {a} " in f" {answer_words(response)} "
+
+
 def normalize_triplet(t: Sequence[str]) -> tuple[str, str, str]:
     """Each field through :func:`normalize_text` (for exact-triplet matching)."""
     return tuple(normalize_text(x) for x in t)  # type: ignore[return-value]
@@ -631,3 +700,6 @@ def build_messages(role: str, text: str, *, few_shot: int = 0, facts: Sequence |
         content = text
     msgs.append({"role": "user", "content": content})
     return msgs
+
+
+_ABSTAIN_RUNS = tuple(sorted({normalize_answer(p) for p in ABSTAIN_PHRASES}, key=lambda p: (-len(p), p)))

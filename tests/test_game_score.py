@@ -77,3 +77,43 @@ def test_matched_alias_and_normalize():
     assert matched_alias("in the Hollow Oak", ["teal bridge", "hollow oak"]) == "hollow oak"
     assert matched_alias("nothing", ["x"]) is None
     assert normalize("  The  Blue-Die,  an AN a ") == "blue die"
+
+
+# numbers are whole words: a thousands comma joins, a decimal point or a time's colon stays inside the number
+NUMBER_CASES = [
+    ("He scored 1,380 points.", ["380"], False),
+    ("He scored 1,380 points.", ["1,380"], True),
+    ("He scored 1380 points.", ["1,380"], True),  # the same number written without the comma
+    ("He scored 1,380 points.", ["1380"], True),
+    ("It costs 3.5 coins.", ["5"], False),
+    ("It costs 3.5 coins.", ["3.5"], True),
+    ("It costs 3.5 coins.", ["3"], False),
+    ("At 10:30 sharp.", ["30"], False),
+    ("At 10:30 sharp.", ["10:30"], True),
+    ("Rooms 1,2 and 3.", ["2"], True),  # a list, not a thousands group
+    ("Room 12. Then 5 more.", ["5"], True),  # a sentence's full stop is punctuation
+    ("In 1999.", ["1999"], True),
+]
+
+
+@pytest.mark.parametrize("response,aliases,expected", NUMBER_CASES)
+def test_numbers_match_only_whole(response, aliases, expected):
+    from mags_lib.metrics import answer_correct
+
+    assert is_correct(response, aliases, "recall") is expected
+    assert answer_correct(response, aliases) is expected  # the reader's metrics and rewards: the same rule
+
+
+@pytest.mark.parametrize("response,aliases,expected", [
+    ("Nothing.", ["nothing"], True),
+    ("He carries nothing at all.", ["nothing"], True),
+    ("I know nothing about it.", ["nothing"], False),  # an abstention's words are no answer
+    ("I don't know: that is not in my memory.", ["memory"], False),
+    ("I'm not sure, but it is in the memory box.", ["memory box"], True),  # an answer beside a hedge
+])
+def test_abstention_words_are_not_an_answer(response, aliases, expected):
+    from mags_lib.metrics import answer_correct
+
+    assert is_correct(response, aliases, "recall") is expected
+    assert answer_correct(response, aliases) is expected
+

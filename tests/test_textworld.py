@@ -208,6 +208,10 @@ def test_question_config_and_play_config_checks():
     ("It is in the chest.", ["wooden chest"], False),  # a shorter run is not the alias
     ("The chestnut.", ["chest"], False),  # no partial words
     ("You are carrying nothing.", ["nothing", "empty handed"], True),
+    ("Nothing.", ["nothing", "empty handed"], True),
+    # an abstention's words are no answer: "nothing" of "I know nothing about it" is not the empty inventory
+    ("I know nothing about it.", ["nothing", "empty handed"], False),
+    ("I don't know: that is not in my memory.", ["memory"], False),
     ("I don't know: that is not in my memory.", [], True),  # abstain
     ("In the hall.", [], False),  # an answer where none was known
 ])

@@ -1,12 +1,15 @@
 """The game's scorer, exactly as DESIGN.md defines it.
 
 A response is normalised like every text of the project (:func:`mags_lib.protocol.normalize_text`:
-lower case, punctuation replaced by spaces, the articles a/an/the removed, whitespace collapsed).
+lower case, punctuation replaced by spaces, the articles a/an/the removed, whitespace collapsed), a
+number's own punctuation kept (:func:`mags_lib.protocol.normalize_answer`: ``"380"`` is no word of
+``"1,380"``, nor ``"5"`` of ``"3.5"``).
 A question with aliases is answered correctly when one normalised alias occurs in the normalised
 response as a **whole-word run** (``"cat"`` does not match ``"category"``; ``"teal bridge"`` matches
 ``"under the Teal Bridge."``). An ``abstain`` question (no aliases) is answered correctly when the
 response says that the information is unknown or not in memory: one of :data:`ABSTAIN_PHRASES`,
-normalised the same way, occurs as a whole-word run.
+normalised the same way, occurs as a whole-word run. The words of those phrases never count as an
+answer: "I know nothing about it" does not answer "What are you carrying?" with "nothing".
 
 >>> is_correct("They eat frozen lemons.", ["frozen lemons", "lemons"])
 True
@@ -20,7 +23,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ..protocol import ABSTAIN_PHRASES, normalize_text
+from ..protocol import ABSTAIN_PHRASES, alias_in, normalize_answer
+from ..protocol import abstains as _abstains
 
 __all__ = ["ABSTAIN_PHRASES", "abstains", "contains_run", "is_correct", "matched_alias", "normalize"]
 
@@ -28,12 +32,14 @@ __all__ = ["ABSTAIN_PHRASES", "abstains", "contains_run", "is_correct", "matched
 
 
 def normalize(text: str) -> str:
-    """The scorer's normalisation (the project's :func:`~mags_lib.protocol.normalize_text`).
+    """The scorer's normalisation (:func:`~mags_lib.protocol.normalize_answer`: the project's
+    :func:`~mags_lib.protocol.normalize_text`, a number's own punctuation kept, so that ``"380"`` is no
+    word of ``"1,380"``).
 
-    >>> normalize("  The Teal-Bridge!  ")
-    'teal bridge'
+    >>> normalize("  The Teal-Bridge!  "), normalize("1,380 points")
+    ('teal bridge', '1380 points')
     """
-    return normalize_text(text)
+    return normalize_answer(text)
 
 
 def contains_run(haystack: str, needle: str) -> bool:
@@ -46,25 +52,25 @@ def contains_run(haystack: str, needle: str) -> bool:
     return bool(n) and f" {n} " in f" {normalize(haystack)} "
 
 
-_ABSTAIN_NORM = tuple(dict.fromkeys(normalize(p) for p in ABSTAIN_PHRASES))
-
-
 def abstains(response: str) -> bool:
     """Whether a response says the information is unknown or not in memory.
 
     >>> abstains("Sorry, I do not know."), abstains("They live in Porto.")
     (True, False)
     """
-    r = f" {normalize(response)} "
-    return any(f" {p} " in r for p in _ABSTAIN_NORM)
+    return _abstains(response)
 
 
 def matched_alias(response: str, aliases: Sequence[str]) -> str | None:
-    """The first alias found in the response as a whole-word run, or None."""
-    r = f" {normalize(response)} "
+    """The first alias found in the response as a whole-word run, or None. The response's abstention
+    phrases are no part of it: "I know nothing about it" does not say "nothing"
+    (:func:`~mags_lib.protocol.answer_words`).
+
+    >>> matched_alias("Nothing.", ["nothing"]), matched_alias("I know nothing about it.", ["nothing"])
+    ('nothing', None)
+    """
     for a in aliases:
-        n = normalize(a)
-        if n and f" {n} " in r:
+        if alias_in(response, a):
             return a
     return None
 
