@@ -415,6 +415,42 @@ def test_gguf_that_is_not_a_language_model_is_refused(tmp_path):
         load_backend("llamacpp", model=tmp_path / "lora.gguf", base_model=tmp_path / "lora.gguf")
 
 
+@pytest.mark.parametrize("arch, says", [
+    ("foo", ["unknown model architecture: 'foo'", "does not run the 'foo' architecture"]),  # foreign
+    ("llama", ["key not found in model: llama.context_length", "export it again"]),  # incomplete
+])
+def test_gguf_llama_cpp_cannot_load_says_why(tmp_path, arch, says):
+    # a language model by its header that llama.cpp refuses: llama.cpp's own reason, not "Failed to load model"
+    import gguf
+    import numpy as np
+
+    from mags_lib.backends.llamacpp_backend import GGUFError
+
+    path = tmp_path / f"{arch}.gguf"
+    w = gguf.GGUFWriter(str(path), arch=arch)
+    w.add_type("model")
+    w.add_tensor("token_embd.weight", np.zeros((4, 8), np.float32))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    for share in (True, False):
+        with pytest.raises(GGUFError) as e:
+            load_backend("llamacpp", model=path, share_model=share)
+        msg = str(e.value)
+        assert str(path) in msg and f"general.architecture={arch!r}" in msg, msg
+        for s in says:
+            assert s in msg, msg
+    # llama-cpp-python's own log callback is back: a good file loads and decodes after the failures
+    from mags_lib.models import resolve_model
+
+    b = load_backend("llamacpp", model=resolve_model("base").path, n_threads=1)
+    try:
+        assert b.generate([[{"role": "user", "content": "Hi"}]], max_new_tokens=2)[0].n_new_tokens >= 1
+    finally:
+        b.close()
+
+
 # -- one model, several contexts, adapters per context ----------------------------------------------
 def test_backends_of_one_file_share_the_model_and_keep_their_own_state(llama, tmp_path):
     from mags_lib.backends.llamacpp_backend import shared_models

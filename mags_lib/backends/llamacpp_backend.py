@@ -24,8 +24,8 @@ from typing import Any
 
 from .base import Backend, BackendUnavailableError, Generation, _truncate_at_stop, first_repeat
 
-__all__ = ["GGUFError", "GGUFHeader", "LlamaCppBackend", "default_threads", "gguf_type", "read_gguf_header",
-           "shared_models"]
+__all__ = ["GGUFError", "GGUFHeader", "LlamaCppBackend", "default_threads", "gguf_type", "llama_load_reason",
+           "read_gguf_header", "shared_models"]
 
 # ChatML, the template family of SmolLM2; used only when a GGUF carries no template.
 _CHATML = ("{% for message in messages %}{{'<|im_start|>' + message['role'] + '\n' + message['content']"
@@ -309,6 +309,62 @@ _SHARED: dict[tuple, _SharedModel] = {}
 _SHARED_LOCK = threading.Lock()
 
 
+def llama_load_reason(path: str | os.PathLike) -> str:
+    """llama.cpp's own words for why it cannot load the model at ``path`` ("" when it loads).
+
+    llama-cpp-python answers any failed load with "Failed to load model from file" and, unless
+    verbose, hides llama.cpp's log, which says why ("unknown model architecture: 'foo'", "missing
+    tensor 'output_norm.weight'", ...). This loads the file once more with a log callback that keeps
+    llama.cpp's warnings and errors, then gives llama-cpp-python its own callback back.
+    """
+    import ctypes
+
+    import llama_cpp
+    from llama_cpp import _logger
+
+    lines: list[str] = []
+    keep = [False]
+
+    @llama_cpp.llama_log_callback
+    def _log(level: int, text: bytes, user_data: ctypes.c_void_p) -> None:  # pragma: no cover - native
+        if level != 5:  # 5: the previous message goes on
+            keep[0] = level in (3, 4)  # ggml's warn and error (2 is info)
+        if keep[0]:
+            lines.append(text.decode("utf-8", "replace"))
+
+    llama_cpp.llama_log_set(_log, ctypes.c_void_p(0))
+    try:
+        params = llama_cpp.llama_model_default_params()
+        model = llama_cpp.llama_model_load_from_file(os.fspath(path).encode("utf-8"), params)
+        if model:
+            llama_cpp.llama_model_free(model)
+            return ""
+    finally:
+        llama_cpp.llama_log_set(_logger.llama_log_callback, ctypes.c_void_p(0))
+    text = " ".join(" ".join(lines).split())
+    # "llama_model_load: error loading model: <why>" says it; "... failed to load model" repeats the failure
+    why = text.split("error loading model: ", 1)[1] if "error loading model: " in text else text
+    why = why.split(" llama_model_load_from_file_impl: failed to load model")[0].strip()
+    return why or "llama.cpp gave no reason"
+
+
+def _load_failed(path: str, header: GGUFHeader, err: BaseException) -> GGUFError:
+    """A clear error for a GGUF file that passed the header checks but that llama.cpp would not load."""
+    import llama_cpp
+
+    reason = llama_load_reason(path)
+    what = (f"{path} (GGUF v{header.version}, general.architecture={header.architecture!r}, "
+            f"{len(header.tensors)} tensors)")
+    if "unknown model architecture" in reason:
+        hint = (f"This llama.cpp (llama-cpp-python {llama_cpp.__version__}) does not run the "
+                f"{header.architecture!r} architecture: use a model of one it runs (SmolLM2 and other "
+                "llama models are exported by notebook 30) or a llama-cpp-python that supports it")
+    else:
+        hint = ("The file does not hold what its architecture needs, or was written for another llama.cpp: "
+                "export it again (notebook 30_export_gguf, or python -m mags_lib.export)")
+    return GGUFError(f"llama.cpp cannot load {what}: {reason or err}. {hint}")
+
+
 def _shared_model(path: str, verbose: bool) -> _SharedModel:
     """The process's shared model for ``path`` (loaded on first use), its user count raised."""
     st = os.stat(path)
@@ -495,6 +551,11 @@ class LlamaCppBackend(Backend):
             if lora_path is not None:
                 self.load_adapter("default", lora_path, scale=lora_scale)
                 self.set_adapter("default")
+        except ValueError as e:
+            self.close()
+            if self._llm is None and str(e).startswith("Failed to load model"):
+                raise _load_failed(self.base_model_path, header, e) from e
+            raise
         except BaseException:
             self.close()
             raise
