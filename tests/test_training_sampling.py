@@ -92,3 +92,18 @@ def test_the_default_writer_trains_on_random_batches_with_the_row_mean():
            for r in ("ask", "write", "answer")}
     assert got == {"ask": ("shuffled_length", "token"), "write": ("random", "sequence"),
                    "answer": ("shuffled_length", "token")}
+
+
+def test_sorted_length_is_transformers_order_seeded_by_seed_and_epoch():
+    from transformers.trainer_pt_utils import get_length_grouped_indices
+
+    from mags_lib.training.sampling import SortedLengthSampler
+
+    lengths = _lengths(n=300)
+    s = SortedLengthSampler(lengths, 8, seed=3)
+    first = list(s)
+    assert first == list(s)  # the same epoch, the same order: what a resumed run skips through
+    g = torch.Generator().manual_seed(3 * 1_000_003)
+    assert first == get_length_grouped_indices(lengths, 8, generator=g)  # transformers' own order
+    s.set_epoch(1)
+    assert list(s) != first and sorted(s) == sorted(first)

@@ -614,18 +614,20 @@ def train_stage(stage: str, cfg: TrainConfig, rows: Sequence[dict], folder: Path
                             train_sampling_strategy="random" if stage_cfg.batching == "random" else "group_by_length",
                             length_column_name="length", dataset_num_proc=None)
         trainer_cls = SFTTrainer
-        if stage_cfg.batching == "shuffled_length":
-            from .sampling import ShuffledLengthSampler
+        if stage_cfg.batching in ("shuffled_length", "sorted_length"):
+            from .sampling import ShuffledLengthSampler, SortedLengthSampler
 
-            class _ShuffledLengthSFT(SFTTrainer):  # transformers' group_by_length, its batches in random order
+            sampler_cls = ShuffledLengthSampler if stage_cfg.batching == "shuffled_length" else SortedLengthSampler
+
+            class _LengthSFT(SFTTrainer):  # batches of similar lengths, their order seeded by (seed, epoch)
                 def _get_train_sampler(self, train_dataset=None):
                     data = self.train_dataset if train_dataset is None else train_dataset
                     lengths = (data["length"] if "length" in data.column_names
                                else [len(ids) for ids in data["input_ids"]])
-                    return ShuffledLengthSampler(lengths, self.args.train_batch_size
-                                                 * self.args.gradient_accumulation_steps, seed=cfg.seed)
+                    return sampler_cls(lengths, self.args.train_batch_size * self.args.gradient_accumulation_steps,
+                                       seed=cfg.seed)
 
-            trainer_cls = _ShuffledLengthSFT
+            trainer_cls = _LengthSFT
         # Unsloth checkpoints activations (no key/value cache to continue from): the prefix runs per row there
         share = stage_cfg.share_prefix and backend != "unsloth"
         if stage_cfg.loss_average == "sequence" or share:
