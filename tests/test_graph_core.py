@@ -127,6 +127,36 @@ def test_reconciliation_stronger_policy_and_off():
     assert g2.stats()["n_facts"] == 2
 
 
+def test_stronger_policy_a_rejected_challenger_gathers_evidence_and_wins_when_stronger():
+    """A challenger rejected under ``"stronger"`` is one record that restatements reinforce, not a new rejected
+    edge at the initial strength each time (which could never win, however often it was said)."""
+    g = hash_graph(conflict_policy="stronger")
+    e_old = g.engram([("ommar", "is", "referee")], source="s1").new_edges[0]
+    g.engram([("ommar", "is", "referee")], source="s2")  # 0.5 x 0.7 -> 0.6 x 0.76 = 0.456
+    first = g.engram([("ommar", "is", "player")], source="s3").rejected_edges
+    again = g.engram([("ommar", "is", "player")], source="s4")  # 0.456 against 0.456: not yet stronger
+    assert again.rejected_edges == first and not again.new_edges and not again.invalidated_edges
+    assert g.edge(first[0])["strength"] == pytest.approx(0.6) and g.edge(first[0])["valid"] is False
+    won = g.engram([("ommar", "is", "player")], source="s5")  # 0.68 x 0.808 > 0.456: the stronger now
+    assert len(won.new_edges) == 1 and won.invalidated_edges == [e_old] and not won.rejected_edges
+    new = g.edge(won.new_edges[0])
+    assert new["valid"] and new["strength"] == pytest.approx(0.68) and new["confidence"] == pytest.approx(0.808)
+    assert new["sources"] == ["s3", "s4", "s5"]  # all the statements that made it the stronger
+    assert g.edge(first[0])["valid"] is False and g.edge(first[0])["strength"] == pytest.approx(0.6)  # the record
+    assert g.edge(e_old)["valid"] is False and g.edge(e_old)["invalidated_by"] == won.new_edges[0]
+    assert won.new_edges[0] in {it.edge_id for it in g.recall("what is ommar", k=10).items}
+    # the old fact, said again, continues its own evidence (0.6 x 0.76 -> 0.68 x 0.808: not above the winner's)
+    back = g.engram([("ommar", "is", "referee")], source="s6")
+    assert back.rejected_edges == [e_old] and g.edge(e_old)["strength"] == pytest.approx(0.68)
+    assert g.edge(won.new_edges[0])["valid"]
+    assert g.engram([("ommar", "is", "referee")], source="s7").invalidated_edges == won.new_edges  # and then wins
+    # the newer policy is unchanged: the newest statement wins at once
+    h = hash_graph()
+    h.engram([("ommar", "is", "referee")], source="s1")
+    h.engram([("ommar", "is", "referee")], source="s2")
+    assert h.engram([("ommar", "is", "player")], source="s3").invalidated_edges
+
+
 def test_engram_bad_input():
     g = hash_graph()
     rep = g.engram([("", "r", "x"), ("  ", "r", "y")], source="test")

@@ -28,7 +28,9 @@ For a batch of ``(subject, relation, object)`` triplets:
    instead of superseding it; otherwise the conflict is with policy ``"newer"`` the old edge is invalidated (``valid=False``,
    ``valid_to``, ``invalidated_by`` = the new edge; it leaves the traversable structure but stays
    inspectable through :meth:`LiquidGraph.history`), with ``"stronger"`` the edge with the larger
-   ``strength * confidence`` wins and the loser is stored invalid; the episodes that produced a
+   ``strength * confidence`` wins and the loser is stored invalid (a fact said again while invalid
+   continues its own evidence, so a rejected challenger wins once restatements make it the stronger,
+   as a new valid fact; its invalid record keeps its interval); the episodes that produced a
    superseded fact lose confidence (``superseded_episode_confidence``), so recall ranks them lower;
 4. **episodes** -- when an episode id is given its node is linked to the facts' entities and its
    id and source id travel in every fact's provenance.
@@ -40,6 +42,8 @@ merge (the SCC step), so a single-valued relation never keeps two valid objects.
 """
 
 from __future__ import annotations
+
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -269,16 +273,38 @@ def engram(g, triplets, *, episode: str | None = None, source: str | None = None
                     rep.rejected_edges.append(e)
                     call_edges.add(e)
                     continue
+            e = None
             if rivals and cfg.conflict_policy == "stronger":
                 old_best = max(rivals, key=lambda x: ed.strength[x] * ed.confidence[x])
-                if ed.strength[old_best] * ed.confidence[old_best] > cfg.init_strength * cfg.init_confidence:
+                best = ed.strength[old_best] * ed.confidence[old_best]
+                prior = _stored_invalid(g, si, oi, rid)
+                if prior is not None:  # said before and not valid now: its evidence counts, as a valid fact's does
+                    strength = ed.strength[prior] + cfg.repeat_gain * (1.0 - ed.strength[prior])
+                    confidence = ed.confidence[prior] + cfg.repeat_gain * (1.0 - ed.confidence[prior])
+                    if strength * confidence <= best:  # still the weaker: the record gathers the evidence
+                        ed.strength[prior], ed.confidence[prior] = strength, confidence
+                        ed.last_used[prior] = tick
+                        ed.uses[prior] += 1
+                        g._add_provenance(prior, episodes, sources)
+                        ed.invalidated_by[prior] = ed.uid[old_best]
+                        rep.rejected_edges.append(prior)
+                        call_edges.add(prior)
+                        continue
+                    # now the stronger: a new valid fact with all the evidence (the record keeps its interval)
+                    e = g._add_edge(si, oi, rid, EDGE_FACT, strength, confidence, list(ed.episodes[prior]),
+                                    list(ed.sources[prior]), time=said)
+                    ed.uses[e] = ed.uses[prior] + 1
+                    g._add_provenance(e, episodes, sources, int(ed.provenance_dropped[prior]))
+                elif best > cfg.init_strength * cfg.init_confidence:
                     e = g._add_edge(si, oi, rid, EDGE_FACT, cfg.init_strength, cfg.init_confidence, episodes,
                                     sources, valid=False, time=said)
                     ed.invalidated_by[e] = ed.uid[old_best]
                     rep.rejected_edges.append(e)
+                    call_edges.add(e)
                     continue
-            e = g._add_edge(si, oi, rid, EDGE_FACT, cfg.init_strength, cfg.init_confidence, episodes, sources,
-                            time=said)
+            if e is None:
+                e = g._add_edge(si, oi, rid, EDGE_FACT, cfg.init_strength, cfg.init_confidence, episodes, sources,
+                                time=said)
             rep.new_edges.append(e)
             call_edges.add(e)
             for x in rivals:
@@ -466,6 +492,17 @@ def _first_said_after(g, edges, when: str) -> str | None:
 
 def _with(items: list, x) -> list:
     return items if x in items else [*items, x]
+
+
+def _stored_invalid(g, si: int, oi: int, rid: int) -> int | None:
+    """The newest live fact ``si -rid-> oi`` that is not valid (a rejected challenger, a superseded fact, or
+    history stored by ``time_order``), or None. Under ``conflict_policy="stronger"`` a fact said again
+    continues its evidence: a challenger rejected once is reinforced by each restatement and wins the slot
+    when it becomes the stronger, instead of starting each time at the initial strength."""
+    ed = g.edges
+    mask = (ed.alive & ~ed.valid & (ed.kind == EDGE_FACT) & (ed.src == si) & (ed.dst == oi) & (ed.rel == rid))
+    found = np.flatnonzero(mask)
+    return int(found[-1]) if found.size else None
 
 
 def supersede(g, loser: int, winner: int, *, keep_episodes=(), time: str | None = None) -> None:
