@@ -303,7 +303,7 @@ class _StopAt:
         return _Stop()
 
 
-@pytest.mark.parametrize("batching", ["sorted_length", "shuffled_length", "random"])
+@pytest.mark.parametrize("batching", ["sorted_length", "random"])  # shuffled_length: the kill test above
 def test_every_batch_order_resumes_to_the_uninterrupted_run(tiny_base, rows, tmp_path, batching):
     """Stopped after step 3 (first epoch) and after step 8 (second epoch), then resumed: the same adapter and the
     same losses as the run that was never stopped. ``sorted_length`` (transformers' order) drew its order from
