@@ -49,7 +49,7 @@ from typing import Iterable, Mapping, Sequence
 __all__ = [
     "ROLES", "TAGS", "Op", "Parsed", "parse", "split_triplet", "escape_field", "serialize", "SCAN_WORK",
     "asks_to_text", "writes_to_text", "normalize_text", "normalize_answer", "normalize_triplet", "abstains",
-    "answer_words", "alias_in", "GRAMMARS", "grammar",
+    "alias_in", "GRAMMARS", "grammar",
     "SYSTEM_PROMPTS", "TRAINED_SYSTEM_PROMPTS", "FEW_SHOT", "build_messages", "format_facts", "format_item",
     "ABSTAIN_ANSWER", "ABSTAIN_PHRASES",
 ]
@@ -73,7 +73,7 @@ ABSTAIN_PHRASES: tuple[str, ...] = (
 )
 """Phrases that make a response an abstention ("the information is unknown / not in memory"), matched
 after :func:`normalize_answer` as whole-word runs (:func:`abstains`): one list for every scorer (the game's,
-the reader's held-out metrics, the rewards). Their words never count as an answer (:func:`answer_words`)."""
+the reader's held-out metrics, the rewards). Their words never count as an answer (:func:`alias_in`)."""
 
 
 @dataclass(frozen=True)
@@ -423,33 +423,34 @@ def abstains(response: str) -> bool:
     return any(f" {p} " in r for p in _ABSTAIN_RUNS)
 
 
-def answer_words(response: str) -> str:
-    """The normalised response (:func:`normalize_answer`) without its abstention phrases: what the
-    aliases of an answerable question are matched in. The words of "I know nothing about it" do not
-    answer "What are you carrying?" (alias ``"nothing"``), nor does "not in my memory" answer with
-    ``"memory"``.
-
-    >>> answer_words("I know nothing about it."), answer_words("Nothing.")
-    ('i about it', 'nothing')
-    """
-    r = f" {normalize_answer(response)} "
-    for p in _ABSTAIN_RUNS:
-        while f" {p} " in r:
-            r = r.replace(f" {p} ", " ")
-    return " ".join(r.split())
+def _runs(words: list[str], phrase: list[str]) -> list[tuple[int, int]]:
+    """Word spans ``[i, j)`` where ``phrase`` occurs in ``words``."""
+    n = len(phrase)
+    return [(i, i + n) for i in range(len(words) - n + 1) if n and words[i:i + n] == phrase]
 
 
 def alias_in(response: str, alias: str) -> bool:
-    """Whether ``alias`` occurs in :func:`answer_words` of ``response`` as a whole-word run (the game's
-    rule, DESIGN.md).
+    """Whether ``alias`` occurs in ``response`` as a whole-word run (the game's rule, DESIGN.md), after
+    :func:`normalize_answer`, other than inside an abstention phrase: the "nothing" of "I know nothing
+    about it" does not answer "What are you carrying?", nor the "memory" of "not in my memory"; an alias
+    that holds more than the phrase ("unknown soldier") still counts.
 
     >>> alias_in("They eat the frozen lemons.", "frozen lemons"), alias_in("category", "cat")
     (True, False)
     >>> alias_in("1,380 points", "380"), alias_in("1,380 points", "1,380"), alias_in("1380", "1,380")
     (False, True, True)
+    >>> alias_in("I know nothing about it.", "nothing"), alias_in("Nothing.", "nothing")
+    (False, True)
+    >>> alias_in("The unknown soldier.", "unknown soldier")
+    True
     """
-    a = normalize_answer(alias)
-    return bool(a) and f" {a} " in f" {answer_words(response)} "
+    a = normalize_answer(alias).split()
+    words = normalize_answer(response).split()
+    found = _runs(words, a)
+    if not found:
+        return False
+    inside = [span for p in _ABSTAIN_RUNS for span in _runs(words, p.split())]
+    return any(not any(s <= i and j <= e for s, e in inside) for i, j in found)
 
 
 def normalize_triplet(t: Sequence[str]) -> tuple[str, str, str]:

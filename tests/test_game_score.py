@@ -110,6 +110,8 @@ def test_numbers_match_only_whole(response, aliases, expected):
     ("I know nothing about it.", ["nothing"], False),  # an abstention's words are no answer
     ("I don't know: that is not in my memory.", ["memory"], False),
     ("I'm not sure, but it is in the memory box.", ["memory box"], True),  # an answer beside a hedge
+    ("The unknown soldier.", ["unknown soldier"], True),  # an alias holding more than the phrase still counts
+    ("It is unknown.", ["unknown soldier"], False),
 ])
 def test_abstention_words_are_not_an_answer(response, aliases, expected):
     from mags_lib.metrics import answer_correct

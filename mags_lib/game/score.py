@@ -64,7 +64,7 @@ def abstains(response: str) -> bool:
 def matched_alias(response: str, aliases: Sequence[str]) -> str | None:
     """The first alias found in the response as a whole-word run, or None. The response's abstention
     phrases are no part of it: "I know nothing about it" does not say "nothing"
-    (:func:`~mags_lib.protocol.answer_words`).
+    (:func:`~mags_lib.protocol.alias_in`).
 
     >>> matched_alias("Nothing.", ["nothing"]), matched_alias("I know nothing about it.", ["nothing"])
     ('nothing', None)
