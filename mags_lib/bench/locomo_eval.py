@@ -628,6 +628,54 @@ def _conv_hash(conv: Conversation) -> str:
     return h.hexdigest()[:16]
 
 
+_TOKEN_PROBES = ("Caroline: I went to the LGBTQ support group yesterday [shares a photo of a sign].",
+                 "- (Melanie, likes, pottery, 8 May 2023)", "What did Caroline research? 42 self-care")
+
+
+def _token_counter_key(token_counter: Callable[[str], int] | None, models: dict) -> dict:
+    """What decides the memory-token counts of a unit: the default counter is the answer model's tokenizer
+    (its file, from ``models``); another counter is known by its name and its counts on a few probe texts
+    (whitespace words and the answer model's tokens give different counts on them)."""
+    if token_counter is None:
+        return {"counter": "answer model tokenizer", "model": models.get("answer")}
+    return {"counter": getattr(token_counter, "__qualname__", type(token_counter).__name__),
+            "probe": [int(token_counter(s)) for s in _TOKEN_PROBES]}
+
+
+def _file_stamp(path: Path) -> Any:
+    """A model file or folder as (name, size, mtime_ns) per file: a model retrained in place changes it."""
+    if path.is_file():
+        st = path.stat()
+        return [str(path), st.st_size, st.st_mtime_ns]
+    if path.is_dir():
+        return [[str(f), f.stat().st_size, f.stat().st_mtime_ns] for f in sorted(path.rglob("*")) if f.is_file()]
+    return [str(path), "absent"]
+
+
+def _model_files_key(mags_kw: dict) -> dict:
+    """Per role, the model files an agent built with these ``MAGSConfig`` fields would load (``"embedded"``
+    for the packaged base model), stamped by :func:`_file_stamp`: part of every unit key that a model's
+    output or tokenizer decides, so a rerun after a model is retrained (same path, new weights) recomputes
+    instead of reusing the old model's results."""
+    from types import SimpleNamespace
+
+    from ..agent import MAGS, MAGSConfig
+    from ..models import resolve_model
+
+    try:
+        c = MAGSConfig(**mags_kw)
+    except (TypeError, ValueError):  # a custom factory's own keywords: nothing to resolve (make_mags decides)
+        return {}
+    try:
+        specs = MAGS._resolve_models(SimpleNamespace(config=c))  # the agent's own resolution (fails fast)
+    except (FileNotFoundError, ValueError) as e:  # building the agent will say so; the key only records it
+        return {"unresolved": str(e)}
+    out: dict[str, Any] = {}
+    for role, spec in sorted(specs.items()):
+        out[role] = "embedded" if spec is None else _file_stamp(Path(resolve_model(spec, models_root=c.models_root).path))
+    return out
+
+
 class _SharedBackend:
     """Another agent's backend for one role, loaded by that agent on first use (so agents that never
     call a model never load one)."""
@@ -732,8 +780,11 @@ def run_benchmark(data: LoCoMo, config: LoCoMoBenchConfig, *, out_dir: str | Pat
 
     shared: dict[str, Any] = {}
 
+    def mags_kw(**kw: Any) -> dict:
+        return {"seed": cfg.seed, "embedder": cfg.embedder, "dynamics": cfg.dynamics, **cfg.mags_kwargs, **kw}
+
     def make_mags(**kw: Any) -> Any:
-        kw = {"seed": cfg.seed, "embedder": cfg.embedder, "dynamics": cfg.dynamics, **cfg.mags_kwargs, **kw}
+        kw = mags_kw(**kw)
         if cfg.n_threads:
             kw.setdefault("n_threads", cfg.n_threads)
         if mags_factory is not None:
@@ -746,6 +797,8 @@ def run_benchmark(data: LoCoMo, config: LoCoMoBenchConfig, *, out_dir: str | Pat
             shared["owner"] = m
         return m
 
+    models_key = _model_files_key(mags_kw())  # the model files the units' figures come from
+    tokens_key = _token_counter_key(token_counter, models_key)
     if token_counter is None:
         def token_counter(s: str, _cache: dict = {}) -> int:  # noqa: B006 - one tokenizer per run
             if "b" not in _cache:
@@ -799,11 +852,13 @@ def run_benchmark(data: LoCoMo, config: LoCoMoBenchConfig, *, out_dir: str | Pat
                   f"questions ({len(qa_qs)} read), {time.perf_counter() - t_start:.0f} s so far", flush=True)
         # -- turn retrievers --------------------------------------------------------------------
         key = {**base_key, "unit": "turns", "dense": dense_names, "bm25": cfg.bm25, "hybrid": cfg.hybrid,
-               "rrf": [cfg.rrf_k, cfg.rrf_depth], "bm25_extra": list(cfg.bm25_extra_stopwords)}
+               "rrf": [cfg.rrf_k, cfg.rrf_depth], "bm25_extra": list(cfg.bm25_extra_stopwords),
+               "tokens": tokens_key}
         unit = cache.get(f"{conv.sample_id}-turns", key)
         if unit is None:
             docs = turn_docs(conv)
             rows: list[dict] = []
+            incomplete = False  # a dense row skipped (its package missing): not cached, so a rerun adds it
             bm25 = BM25Retriever().fit(docs) if (cfg.bm25 or cfg.hybrid) else None
             if cfg.bm25:
                 rows += evaluate_retriever(bm25, conv.questions, ks=cfg.ks, latency_k=cfg.latency_k,
@@ -814,6 +869,7 @@ def run_benchmark(data: LoCoMo, config: LoCoMoBenchConfig, *, out_dir: str | Pat
                                            token_counter=token_counter, before_timed=evict, extra={"embedder": None})
             for name in dense_names:
                 if name in unavailable:
+                    incomplete = True
                     continue
                 try:
                     emb = embedder(name)
@@ -821,6 +877,7 @@ def run_benchmark(data: LoCoMo, config: LoCoMoBenchConfig, *, out_dir: str | Pat
                     if name == cfg.embedder:
                         raise  # MAGS needs it too
                     unavailable.add(name)
+                    incomplete = True
                     skipped.append(f"dense retrieval with {name!r}: {e}")
                     continue
                 dense = DenseRetriever(emb, name=f"dense-{name}").fit(docs)
@@ -832,7 +889,8 @@ def run_benchmark(data: LoCoMo, config: LoCoMoBenchConfig, *, out_dir: str | Pat
                     rows += evaluate_retriever(rrf, conv.questions, ks=cfg.ks, latency_k=cfg.latency_k,
                                                token_counter=token_counter, before_timed=evict, extra={"embedder": name})
             unit = {"rows": rows}
-            cache.put(f"{conv.sample_id}-turns", key, unit)
+            if not incomplete:
+                cache.put(f"{conv.sample_id}-turns", key, unit)
         recall_rows += unit["rows"]
         # -- MAGS memories ----------------------------------------------------------------------
         for write in cfg.mags_writes:
@@ -841,7 +899,9 @@ def run_benchmark(data: LoCoMo, config: LoCoMoBenchConfig, *, out_dir: str | Pat
             label = f"mags ({'write model' if write == 'model' else 'episodes only'})"
             key = {**base_key, "unit": "mags", "write": write, "embedder": cfg.embedder, "dynamics": cfg.dynamics,
                    "mags_kwargs": cfg.mags_kwargs, "seed": cfg.seed, "qa": [q.index for q in qa_qs],
-                   "graph_qa": "graph" in cfg.qa_systems, "recall_variants": list(cfg.recall_variants)}
+                   "graph_qa": "graph" in cfg.qa_systems, "recall_variants": list(cfg.recall_variants),
+                   "tokens": tokens_key,
+                   "models": models_key if (write == "model" or "graph" in cfg.qa_systems) else None}
             unit = cache.get(f"{conv.sample_id}-mags-{write}", key)
             if unit is None:
                 m = make_mags()
@@ -881,7 +941,7 @@ def run_benchmark(data: LoCoMo, config: LoCoMoBenchConfig, *, out_dir: str | Pat
         if modes_ok:
             for mode in other_modes:
                 key = {**base_key, "unit": "qa", "mode": mode, "seed": cfg.seed, "qa": [q.index for q in qa_qs],
-                       "mags_kwargs": cfg.mags_kwargs, "embedder": cfg.embedder}
+                       "mags_kwargs": cfg.mags_kwargs, "embedder": cfg.embedder, "models": models_key}
                 unit = cache.get(f"{conv.sample_id}-qa-{mode}", key)
                 if unit is None:
                     m = make_mags(memory=mode)
@@ -988,6 +1048,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     if a.no_dynamics:
         over["dynamics"] = False
     cfg = LoCoMoBenchConfig.for_profile(a.profile, **over)
+    tuned_on = tuple(filter(None, a.tuned_on.split(",")))
+    run_ids = ([c.sample_id for c in data.conversations if not cfg.conversations or c.sample_id in cfg.conversations]
+               if tuned_on else [])
+    if set(tuned_on) - set(run_ids):  # checked now, not after the run: the held-out figure depends on it
+        p.error(f"--tuned-on {a.tuned_on}: {sorted(set(tuned_on) - set(run_ids))} not among the conversations "
+                f"this run evaluates ({', '.join(run_ids)})")
     out = Path(a.out) if a.out else run_dir(a.run_tag or a.profile, "70_locomo_benchmark")
     t0 = time.perf_counter()
     res = run_benchmark(data, cfg, out_dir=out, token_counter=(lambda s: len(s.split())) if a.tokens == "words" else None,
@@ -1004,7 +1070,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"skipped: {s}")
     print(f"wrote {out / 'metrics.json'}")
     if a.summary_json:
-        summary = recall_summary_json(res, tuned_on=tuple(filter(None, a.tuned_on.split(","))),
+        summary = recall_summary_json(res, tuned_on=tuned_on,
                                       command="python -m mags_lib.bench.locomo_eval " + " ".join(
                                           sys.argv[1:] if argv is None else argv),
                                       seconds=time.perf_counter() - t0)
@@ -1022,7 +1088,11 @@ def recall_summary_json(res: BenchResult, *, tuned_on: Sequence[str] = (), comma
     import subprocess
 
     ks = res.config.ks
-    keep = ("n_questions", *(f"recall@{k}" for k in ks), "latency_p50_ms", "latency_p95_ms",
+    run_ids = list(dict.fromkeys(r["sample_id"] for r in res.recall_rows))
+    unknown = sorted(set(tuned_on) - set(run_ids))
+    if unknown:  # a mistyped name would silently make the held-out figure the overall one
+        raise ValueError(f"tuned_on names conversations this run did not evaluate: {unknown}; it ran {run_ids}")
+    keep = ("n_questions", "n_no_evidence", *(f"recall@{k}" for k in ks), "latency_p50_ms", "latency_p95_ms",
             "recall_p50_ms_embedding_given", "recall_p95_ms_embedding_given")
 
     def table(rows: Sequence[dict]) -> dict:

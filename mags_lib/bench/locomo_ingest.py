@@ -107,11 +107,25 @@ def main(argv: Sequence[str] | None = None) -> int:
     conv = next((c for c in data.conversations if c.sample_id == a.conversation), None)
     if conv is None:
         p.error(f"no conversation {a.conversation!r}; the file has {[c.sample_id for c in data.conversations]}")
+    earlier = None
+    if a.compare:  # checked before the (long) ingestion, never after it
+        try:
+            earlier = json.loads(Path(a.compare).read_text())
+            ok = (isinstance(earlier, dict) and isinstance(earlier.get("turn_hashes"), list)
+                  and "seconds_per_turn" in earlier)
+        except (OSError, ValueError) as e:
+            p.error(f"--compare {a.compare}: cannot read it as an earlier run's JSON ({e}); pass the --out file "
+                    "of an earlier run of this command")
+        if not ok:
+            p.error(f"--compare {a.compare}: not an earlier run of this command (no turn_hashes / seconds_per_turn)")
+        if earlier.get("conversation") != conv.sample_id or len(earlier["turn_hashes"]) != conv.n_turns:
+            p.error(f"--compare {a.compare} is a run of {earlier.get('conversation')!r} "
+                    f"({len(earlier['turn_hashes'])} turns), not of {conv.sample_id!r} ({conv.n_turns} turns)")
     load_before = os.getloadavg()
     res = ingest(conv, write_model=a.write_model, threads=a.threads, mode=a.mode, n_parallel=a.n_parallel,
                  write_speaker=not a.no_write_speaker)
-    if a.compare:
-        res["compared_with"] = {"file": a.compare, **compare(json.loads(Path(a.compare).read_text()), res)}
+    if earlier is not None:
+        res["compared_with"] = {"file": a.compare, **compare(earlier, res)}
     res["meta"] = {"git_sha": repro.git_sha(), "platform": platform.platform(), "cpu_count": os.cpu_count(),
                    "load_average_before": [round(x, 2) for x in load_before],
                    "load_average_after": [round(x, 2) for x in os.getloadavg()],

@@ -25,7 +25,9 @@ def recall_table(res: BenchResult, *, published: bool = True):
     ks = res.config.ks
     rows = []
     for d in res.recall_summary():
-        rows.append({"retriever": d["retriever"], "source": "measured", "questions": d["n_questions"],
+        # the recall means are over the questions with evidence: that is their n (the others are counted apart)
+        rows.append({"retriever": d["retriever"], "source": "measured",
+                     "questions": d["n_questions"] - d["n_no_evidence"], "no evidence": d["n_no_evidence"],
                      **{f"R@{k}": d[f"recall@{k}"] for k in ks},
                      "p50 ms": d["latency_p50_ms"], "p95 ms": d["latency_p95_ms"],
                      "memory tokens": d["memory_tokens_mean"], "sources / item": d["sources_per_item"]})
@@ -75,7 +77,10 @@ def qa_table(res: BenchResult):
 
 
 def plot_category_bars(table, *, ax=None, title: str | None = None, ylabel: str = ""):
-    """Grouped bars: one group per category (and overall), one bar per row of ``table``."""
+    """Grouped bars: one group per category (and overall), one bar per row of ``table``.
+
+    A missing value (a category the row has no question of, a metric not measured) draws no bar and is
+    marked "n/a" at the axis: never a bar of height 0, which would read as a measured 0."""
     import matplotlib.pyplot as plt
 
     if ax is None:
@@ -86,9 +91,13 @@ def plot_category_bars(table, *, ax=None, title: str | None = None, ylabel: str 
     width = 0.8 / max(1, n)
     x = np.arange(len(cols))
     for i, name in enumerate(table.index):
-        vals = [float(v) if v is not None and not (isinstance(v, float) and np.isnan(v)) else 0.0
+        vals = [float(v) if v is not None and not (isinstance(v, float) and np.isnan(v)) else np.nan
                 for v in table.loc[name, cols]]
-        ax.bar(x + (i - (n - 1) / 2) * width, vals, width, label=str(name))
+        xs = x + (i - (n - 1) / 2) * width
+        ax.bar(xs, vals, width, label=str(name))
+        for xi, v in zip(xs, vals):
+            if np.isnan(v):
+                ax.text(xi, 0.01, "n/a", ha="center", va="bottom", rotation=90, fontsize=7)
     ax.set_xticks(x, cols)
     ax.set_ylim(0, 1)
     ax.set_ylabel(ylabel)

