@@ -124,6 +124,18 @@ def _as_item(world: World, f: Fact, rng, clock: _Clock, day: int, *, episode_p: 
     return _item(_fact_text(f, obj), clock.at(day), current)
 
 
+# Relations whose statement holds both ways ("A has sibling B": B's sibling is A; "A is near B": A is near
+# B as seen from B): a fact (A, r, B) answers the question about B's r, so it is no distractor for it.
+_SYMMETRIC = frozenset({"sibling", "near"})
+
+
+def _also_answers(asked: Fact, other: Fact) -> bool:
+    """Whether ``other`` answers the question about ``asked`` with another value (a symmetric relation
+    read backwards: ``Snabroel has sibling Baisis`` answers "Who is the sibling of Baisis?")."""
+    return (other.relation == asked.relation and other.relation in _SYMMETRIC and other.object == asked.subject
+            and other.subject != asked.object)
+
+
 def _distractors(world: World, rng, exclude: set, n: int, *, prefer_subject: str | None = None,
                  prefer_relation: str | None = None) -> list[Fact]:
     """``n`` facts of ``world`` whose (subject, relation) is not in ``exclude``; half of them (when
@@ -170,6 +182,7 @@ def _a_fact(world, rng, clock, *, episode_p):
     dis = _distractors(world, rng, {(f.subject, f.relation)}, _n_distractors(rng), prefer_subject=f.subject,
                        prefer_relation=f.relation)
     items = [_as_item(world, d, rng, clock, int(rng.integers(0, 200)), tids=tids) for d in dis]
+    items = [it for it, d in zip(items, dis) if not _also_answers(f, d)]  # a second answer is no distractor
     gold = _as_item(world, f, rng, clock, int(rng.integers(0, 200)), episode_p=episode_p, tids=tids)
     return q, f.object, [f], _shuffle_in(rng, items, [gold]), tids
 
@@ -196,16 +209,19 @@ def _k_persona(world, rng, clock):
     # other speakers saying the same kind of thing, and the subject's other facts
     others = [g for g in world.facts if g.relation == f.relation and g.subject != subject
               and RELATIONS_BY_KEY[g.relation].first_person]
-    items = []
+    items, answers_too = [], []
     for g in [others[i] for i in rng.choice(len(others), size=min(len(others), int(rng.integers(0, 3))),
                                             replace=False)] if others else []:
         k = _idx(rng, rel.first_person)
         items.append(_item(_fix(rel.first_person[k].format(O=g.object)), clock.at(int(rng.integers(0, 200))),
                            None, g.subject))
+        answers_too.append(_also_answers(f, g))
     dis = _distractors(world, rng, {(f.subject, f.relation)}, max(0, _n_distractors(rng) - len(items)),
                        prefer_subject=subject)
     items += [_as_item(world, d, rng, clock, int(rng.integers(0, 200)), tids=tids) for d in dis]
-    rng.shuffle(items)
+    answers_too += [_also_answers(f, d) for d in dis]
+    order = rng.permutation(len(items))  # what rng.shuffle(items) did, before the filter (same draws)
+    items = [items[i] for i in order if not answers_too[i]]  # a second answer is no distractor
     return q, f.object, [f], _shuffle_in(rng, items, [gold]), tids
 
 
@@ -288,9 +304,11 @@ def _k_unanswerable(world, rng, clock):
         raise _Skip("no distractor")
     # no item may carry the answer's words (a sentence about another fact could mention it)
     items = [_as_item(world, d, rng, clock, int(rng.integers(0, 240)), tids=tids) for d in dis]
-    items = [it for it in items if protocol.normalize_text(f.object) not in protocol.normalize_text(it["text"])]
+    # nor answer it with another value (a symmetric relation read backwards)
+    items = [it for it, d in zip(items, dis) if not _also_answers(f, d)
+             and protocol.normalize_text(f.object) not in protocol.normalize_text(it["text"])]
     if not items:
-        raise _Skip("every distractor mentions the answer")
+        raise _Skip("every distractor mentions or gives the answer")
     return q, None, [], items, tids
 
 

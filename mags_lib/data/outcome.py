@@ -35,7 +35,7 @@ from tqdm.auto import tqdm
 from .. import protocol
 from .render import ASK_KINDS, EMPTY_KINDS, WRITE_KINDS, _question, render_example
 from .templates import RELATIONS_BY_KEY
-from .worlds import NameRegistry, World, WorldConfig, generate_worlds
+from .worlds import NameRegistry, World, WorldConfig, _check_int, generate_worlds
 
 __all__ = [
     "OutcomeConfig",
@@ -73,6 +73,10 @@ class OutcomeConfig:
     world: WorldConfig = field(default_factory=WorldConfig)
 
     def __post_init__(self) -> None:
+        for name in ("n", "worlds", "seed", "memory_size", "max_questions"):
+            setattr(self, name, _check_int(getattr(self, name), f"OutcomeConfig.{name}"))
+        if self.seed < 0:
+            raise ValueError(f"OutcomeConfig.seed must be >= 0 (it seeds numpy), got {self.seed}")
         if self.n < 1 or self.worlds < 1:
             raise ValueError(f"OutcomeConfig needs n >= 1 and worlds >= 1, got n={self.n}, worlds={self.worlds}")
         if self.memory_size < 0 or self.max_questions < 1:

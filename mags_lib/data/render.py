@@ -55,7 +55,7 @@ from .templates import (
     Relation,
     sentence_case,
 )
-from .worlds import Fact, NameRegistry, World, WorldConfig, draw_value, generate_worlds
+from .worlds import Fact, NameRegistry, World, WorldConfig, _check_int, draw_value, generate_worlds
 
 __all__ = [
     "ASK_KINDS",
@@ -112,6 +112,11 @@ class GenerationConfig:
     roles: tuple[str, ...] = ("ask", "write", "answer")  # roles rendered by generate_role_splits
 
     def __post_init__(self) -> None:
+        for name in ("n_train", "n_validation", "n_test", "worlds_train", "worlds_validation", "worlds_test",
+                     "seed", "context_size"):
+            setattr(self, name, _check_int(getattr(self, name), f"GenerationConfig.{name}"))  # 2.5, 3.0: refused
+        if self.seed < 0:
+            raise ValueError(f"GenerationConfig.seed must be >= 0 (it seeds numpy), got {self.seed}")
         for name in ("n_train", "n_validation", "n_test"):
             if getattr(self, name) < 0:
                 raise ValueError(f"GenerationConfig.{name} must be >= 0, got {getattr(self, name)}")
@@ -662,11 +667,17 @@ def render_example(world: World, role: str, kind: str, rng: np.random.Generator,
     raise ValueError(f"unknown role {role!r}: use 'ask', 'write' or 'answer'")
 
 
+def _key(ex: dict):
+    """What makes two examples the same: the input (answer role: the question with its memory block)."""
+    return ex["input"] if ex["role"] != "answer" else (ex["input"], protocol.format_facts(ex["memory"]))
+
+
 def render_split(worlds: list[World], role: str, n: int, rng: np.random.Generator, *,
                  kinds: dict[str, float], split: str, context_size: int = 12,
-                 progress: bool = True) -> list[dict]:
+                 progress: bool = True, exclude: set | None = None) -> list[dict]:
     """``n`` distinct examples (no repeated input; for the answer role no repeated question with the same
-    memory) of ``role`` drawn round-robin over ``worlds``."""
+    memory) of ``role`` drawn round-robin over ``worlds``; none is one of ``exclude`` (the examples of the
+    other splits, see :func:`_key`: world-free inputs such as noise could otherwise repeat across splits)."""
     if not worlds:
         raise ValueError("render_split needs at least one world")
     names = [k for k, w in kinds.items() if w > 0]
@@ -686,8 +697,8 @@ def render_split(worlds: list[World], role: str, n: int, rng: np.random.Generato
             ex = render_example(world, role, kind, rng, context_size=context_size)
         except LookupError:
             continue
-        key = ex["input"] if role != "answer" else (ex["input"], protocol.format_facts(ex["memory"]))
-        if key in seen:
+        key = _key(ex)
+        if key in seen or (exclude is not None and key in exclude):
             continue
         seen.add(key)
         ex["id"] = f"gen-{role}-{split}-{len(rows):06d}"
@@ -719,8 +730,11 @@ def generate_role_splits(config: GenerationConfig | None = None, *, progress: bo
             continue
         kinds = {"ask": cfg.ask_kinds, "write": cfg.write_kinds, "answer": cfg.answer_kinds}[role]
         rows[role] = {}
+        earlier: set = set()  # examples of the splits drawn before: no input is in two splits
         for s_i, split in enumerate(SPLITS):
             rng = np.random.default_rng([cfg.seed, r_i, s_i])
             rows[role][split] = render_split(worlds[split], role, cfg.sizes()[split], rng, kinds=kinds,
-                                             split=split, context_size=cfg.context_size, progress=progress)
+                                             split=split, context_size=cfg.context_size, progress=progress,
+                                             exclude=earlier)
+            earlier |= {_key(ex) for ex in rows[role][split]}
     return rows, worlds

@@ -134,6 +134,12 @@ def _readme(card: dict) -> str:
     return "\n".join(lines)
 
 
+def _complete(out: Path, splits) -> bool:
+    """Whether ``out/data`` holds a whole saved ``DatasetDict`` with these splits (not a half-deleted one)."""
+    data = out / "data"
+    return (data / "dataset_dict.json").is_file() and all((data / s / "state.json").is_file() for s in splits)
+
+
 def save_dataset(splits: dict[str, Sequence[dict]], name: str, *, source: str, seed: int,
                  generator_version: str, params: dict | None = None, description: str = "",
                  notes: Sequence[str] = (), mask: set[str] | None = None,
@@ -172,7 +178,7 @@ def save_dataset(splits: dict[str, Sequence[dict]], name: str, *, source: str, s
     card_path = out / "card.json"
     if card_path.exists():
         try:
-            if json.loads(card_path.read_text()).get("content_hash") == digest and (out / "data").exists():
+            if json.loads(card_path.read_text()).get("content_hash") == digest and _complete(out, splits):
                 return out
         except json.JSONDecodeError:
             pass
@@ -195,9 +201,15 @@ def save_dataset(splits: dict[str, Sequence[dict]], name: str, *, source: str, s
             datasets.enable_progress_bars()
     (tmp / "card.json").write_text(json.dumps(card, indent=1, default=str))
     (tmp / "README.md").write_text(_readme(card))
+    # swap by renames: an interruption leaves either the old or the new folder whole under ``out``, never a
+    # half-deleted one (deleting the old folder in place could stop midway, and its card would still match)
+    old = out.with_name(f".{name}.old")
+    if old.exists():
+        shutil.rmtree(old)
     if out.exists():
-        shutil.rmtree(out)
+        out.rename(old)
     tmp.rename(out)
+    shutil.rmtree(old, ignore_errors=True)
     return out
 
 
@@ -222,7 +234,8 @@ def load_processed(name: str, root: Path | str | None = None):
 
     path = processed_root(root) / name / "data"
     if not path.exists():
-        available = sorted(p.name for p in processed_root(root).glob("*") if (p / "data").exists())
+        available = sorted(p.name for p in processed_root(root).glob("*")
+                           if (p / "data").exists() and not p.name.startswith("."))
         raise FileNotFoundError(f"no processed dataset {name!r} at {path.parent} (available: {available}): "
                                 "run notebooks/10_generate_datasets.ipynb (or mags_lib.data.build_all) first")
     return load_from_disk(str(path))

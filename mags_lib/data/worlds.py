@@ -40,7 +40,8 @@ __all__ = [
     "generate_worlds",
 ]
 
-GENERATOR_VERSION = "1.3.0"  # 1.3.0: answer memory blocks list dated items oldest first
+GENERATOR_VERSION = "1.4.0"  # 1.3.0: answer memory blocks list dated items oldest first
+# 1.4.0: no input repeats across splits (noise); a symmetric fact read backwards is no answer distractor
 
 _ONSETS = ("b", "bl", "br", "d", "dr", "f", "fl", "g", "gl", "gr", "k", "kl", "kr", "l", "m", "n",
            "p", "pl", "pr", "qu", "r", "s", "sk", "sn", "sp", "st", "t", "tr", "v", "z", "zh", "th",
@@ -261,7 +262,24 @@ class WorldConfig:
             raise ValueError(f"fact_prob must be in (0, 1], got {self.fact_prob}")
 
 
+def _is_int(x) -> bool:
+    """An integer (Python or numpy), not a bool: ``2.5``, ``"3"``, ``True`` and ``None`` are not."""
+    return isinstance(x, (int, np.integer)) and not isinstance(x, (bool, np.bool_))
+
+
+def _check_int(value, name: str, minimum: int | None = None) -> int:
+    """``value`` as an int, or a TypeError / ValueError naming ``name``, what it got and what it needs."""
+    if not _is_int(value):
+        raise TypeError(f"{name} must be an integer, got {type(value).__name__} {value!r}"
+                         + (f": pass int({value!r})" if isinstance(value, float) and value.is_integer() else ""))
+    if minimum is not None and value < minimum:
+        raise ValueError(f"{name} must be >= {minimum}, got {value}")
+    return int(value)
+
+
 def _seed_for(world_id: str, seed: int) -> int:
+    # the seed is hashed as text: 3.0, "3" or True would silently give other worlds than 3
+    seed = _check_int(seed, "seed")
     h = hashlib.sha256(f"{seed}:{world_id}".encode()).digest()
     return int.from_bytes(h[:8], "little")
 
@@ -345,7 +363,6 @@ def generate_world(world_id: str, seed: int = 0, registry: NameRegistry | None =
 def generate_worlds(n: int, *, seed: int = 0, prefix: str = "w", registry: NameRegistry | None = None,
                     config: WorldConfig | None = None) -> list[World]:
     """``n`` worlds ``<prefix>0000 ...`` sharing one name registry (no invented name repeats)."""
-    if n < 0:
-        raise ValueError(f"n must be >= 0, got {n}")
+    n = _check_int(n, "n", 0)
     reg = registry if registry is not None else NameRegistry()
     return [generate_world(f"{prefix}{i:04d}", seed=seed, registry=reg, config=config) for i in range(n)]

@@ -1,0 +1,151 @@
+"""Audit of the procedural data generators and the dataset store: gold labels, split leaks, atomic saves,
+bad input."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from mags_lib import protocol
+from mags_lib.data import GenerationConfig, generate_role_splits, generate_world, generate_worlds, store
+from mags_lib.data.answer import render_answer
+from mags_lib.data.outcome import OutcomeConfig
+from mags_lib.data.worlds import Entity, Fact, World
+
+
+def _sibling_world() -> World:
+    """Baisis's only sibling fact is the backwards one: Snabroel has sibling Baisis."""
+    w = World("wsym", 0)
+    w.entities = [Entity("Baisis", "person", "Baisis", "f"), Entity("Snabroel", "person", "Snabroel", "m"),
+                  Entity("Trosnuia", "person", "Trosnuia", "f"), Entity("Pell Ridge", "place", "Pell"),
+                  Entity("Quejav Hollow", "place", "Quejav")]
+    w.facts = [Fact("Baisis", "sibling", "has sibling", "Trosnuia"),
+               Fact("Snabroel", "sibling", "has sibling", "Baisis"),
+               Fact("Pell Ridge", "near", "is near", "Quejav Hollow"),
+               Fact("Quejav Hollow", "near", "is near", "Pell Ridge")]  # both ways: the same answer
+    return w
+
+
+@pytest.mark.parametrize("kind", ["unanswerable", "fact", "episode", "persona"])
+def test_a_symmetric_fact_read_backwards_is_never_a_wrong_answer_distractor(kind):
+    # "Snabroel has sibling Baisis" answers "Who is the sibling of Baisis?" (Snabroel): an unanswerable
+    # row showing it must not say "abstain", and a fact row must not show it beside the gold Trosnuia
+    w = _sibling_world()
+    seen = 0
+    for s in range(300):
+        try:
+            row = render_answer(w, kind, np.random.default_rng(s))
+        except LookupError:
+            continue
+        if "Baisis" not in row["input"] or "sibling" not in row["input"]:
+            continue
+        seen += 1
+        texts = [f"{it['speaker'] or ''}: {it['text']}" for it in row["memory"]]
+        assert not any("Snabroel" in t and "Baisis" in t for t in texts), (row["input"], row["response"], texts)
+    assert seen > 5
+
+
+def test_answer_splits_hold_no_answerable_unanswerable_row():
+    cfg = GenerationConfig(n_train=400, n_validation=0, n_test=0, worlds_train=30, worlds_validation=1,
+                           worlds_test=1, roles=("answer",), answer_kinds={"unanswerable": 1.0})
+    rows, worlds = generate_role_splits(cfg, progress=False)
+    facts = {w.world_id: w.facts for w in worlds["train"]}
+    bad = []
+    for r in rows["answer"]["train"]:
+        for f in facts[r["world_id"]]:
+            if f.relation not in ("sibling", "near"):
+                continue
+            # the row asks for f.object's sibling / neighbour and shows "<f.subject> ... <f.object>"
+            q = r["input"]
+            if (r["template_ids"][0].split(".")[0] == f.relation and f.object in q and f.subject not in q
+                    and any(f.subject in it["text"] and f.object in it["text"] for it in r["memory"])):
+                bad.append((q, [it["text"] for it in r["memory"]]))
+    assert {r["response"] for r in rows["answer"]["train"]} == {protocol.ABSTAIN_ANSWER}
+    assert not bad, bad[:3]
+
+
+def test_no_input_is_in_two_splits():
+    # noise ("ok", "lol", "123") belongs to no world: without a check it repeats across splits
+    cfg = GenerationConfig(n_train=400, n_validation=150, n_test=150, worlds_train=10, worlds_validation=4,
+                           worlds_test=4, roles=("ask", "write"),
+                           ask_kinds={"noise": 0.5, "single": 0.5}, write_kinds={"noise": 0.5, "single": 0.5})
+    rows, _ = generate_role_splits(cfg, progress=False)
+    for role in ("ask", "write"):
+        inputs = {s: {r["input"] for r in rows[role][s]} for s in rows[role]}
+        for a, b in (("train", "validation"), ("train", "test"), ("validation", "test")):
+            common = inputs[a] & inputs[b]
+            assert not common, f"{role}: {sorted(common)[:5]} in both {a} and {b}"
+        assert all(len(rows[role][s]) == cfg.sizes()[s] for s in rows[role])
+
+
+def _rows():
+    rows, _ = generate_role_splits(GenerationConfig(n_train=20, n_validation=5, n_test=5, worlds_train=3,
+                                                    worlds_validation=1, worlds_test=1, roles=("ask",)),
+                                   progress=False)
+    return rows["ask"]
+
+
+def test_an_interrupted_resave_leaves_a_whole_dataset_that_the_next_save_repairs(tmp_path, monkeypatch):
+    rows = _rows()
+    kw = {"source": "generated", "seed": 0, "generator_version": "1", "root": tmp_path}
+    store.save_dataset(rows, "gen_ask", **kw)
+    new = {k: v[:-1] for k, v in rows.items()}
+    real = shutil.rmtree
+
+    def interrupted(path, *a, **k):  # Ctrl-C while the replaced folder is being deleted
+        p = Path(path)
+        if p.name in ("gen_ask", ".gen_ask.old") and (p / "data" / "train").exists():
+            real(p / "data" / "train")
+            raise KeyboardInterrupt
+        return real(path, *a, **k)
+
+    monkeypatch.setattr(store.shutil, "rmtree", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        store.save_dataset(new, "gen_ask", **kw)
+    monkeypatch.setattr(store.shutil, "rmtree", real)
+    d = store.load_processed("gen_ask", root=tmp_path)  # the old or the new data, whole
+    assert {k: len(v) for k, v in d.items()} in ({k: len(v) for k, v in rows.items()},
+                                                 {k: len(v) for k, v in new.items()})
+    store.save_dataset(rows, "gen_ask", **kw)  # re-running the notebook restores the data
+    d = store.load_processed("gen_ask", root=tmp_path)
+    assert {k: len(v) for k, v in d.items()} == {k: len(v) for k, v in rows.items()}
+
+
+def test_a_half_deleted_folder_with_a_matching_card_is_not_taken_as_saved(tmp_path):
+    rows = _rows()
+    kw = {"source": "generated", "seed": 0, "generator_version": "1", "root": tmp_path}
+    path = store.save_dataset(rows, "gen_ask", **kw)
+    shutil.rmtree(path / "data" / "train")  # what an interrupted delete (older versions) left behind
+    store.save_dataset(rows, "gen_ask", **kw)
+    assert len(store.load_processed("gen_ask", root=tmp_path)["train"]) == len(rows["train"])
+
+
+@pytest.mark.parametrize("make", [
+    lambda: generate_world("w0", seed=3.0),
+    lambda: generate_world("w0", seed="3"),
+    lambda: generate_world("w0", seed=None),
+    lambda: generate_world("w0", seed=True),
+    lambda: generate_worlds(2.0),
+    lambda: GenerationConfig(n_train=2.5),
+    lambda: GenerationConfig(worlds_train=2.5),
+    lambda: GenerationConfig(seed=1.0),
+    lambda: OutcomeConfig(n=2.5),
+    lambda: OutcomeConfig(seed="0"),
+])
+def test_non_integer_sizes_and_seeds_are_refused_clearly(make):
+    # a seed 3.0 used to give other worlds than 3 (hashed as text), 2.5 rows gave 3, 2.5 worlds crashed deep inside
+    with pytest.raises(TypeError, match="must be an integer"):
+        make()
+
+
+def test_negative_seed_is_refused_by_the_config_not_by_numpy():
+    with pytest.raises(ValueError, match="GenerationConfig.seed must be >= 0"):
+        GenerationConfig(seed=-1)
+
+
+def test_numpy_integers_stay_accepted_and_give_the_same_worlds():
+    assert generate_world("w0", seed=np.int64(3)).facts == generate_world("w0", seed=3).facts
+    assert GenerationConfig(n_train=np.int64(5)).n_train == 5
