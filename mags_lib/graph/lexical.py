@@ -225,7 +225,9 @@ class LexicalIndex:
         if not docs or not query:
             return out
         n = self._n
-        avgdl = self._total / n if n else 1.0
+        # no member, or members made only of stopwords and one-letter words ("I", "it", "me"): the
+        # average length is 0 and BM25's length normalisation undefined; score as for an empty index
+        avgdl = self._total / n if n and self._total else 1.0
         idf = {}
         for w in query:
             t = self._vocab.get(w)

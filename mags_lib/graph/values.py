@@ -56,8 +56,14 @@ def clean_text(text: object, name: str = "text", *, allow_empty: bool = False) -
 def clean_time(value: object, name: str = "time") -> str | None:
     """A time stamp as an ISO 8601 string (None stays None).
 
+    An ISO string loses the spaces around it and a space between date and time becomes ``T``
+    (``"2023-05-08 13:56"``, as pandas and SQL print times), as ``isoformat()`` writes it: the memory
+    compares observation times as strings, and ``" "`` sorts before ``"T"``.
+
     >>> clean_time(_dt.date(2023, 5, 8)), clean_time(np.datetime64("2023-05-08T10:00"))
     ('2023-05-08', '2023-05-08T10:00')
+    >>> clean_time(" 2023-05-08 13:56 ")
+    '2023-05-08T13:56'
     """
     if value is None:
         return None
@@ -72,9 +78,22 @@ def clean_time(value: object, name: str = "time") -> str | None:
         return str(np.datetime_as_string(value))
     if isinstance(value, str):
         text = clean_text(value, name, allow_empty=True)
-        return parse_session_date(text) or text
+        return parse_session_date(text) or _iso_form(text) or text
     raise TypeError(f"{name} must be a date, a datetime or an ISO string like '2023-05-08', "
                     f"got {type(value).__name__}")
+
+
+_ISO_SPACE_TIME = re.compile(r"(\d{4}-\d{2}-\d{2}) +(\d{2}:\d{2}.*)")
+
+
+def _iso_form(text: str) -> str | None:
+    """``text`` as ISO written by ``isoformat()`` (no surrounding spaces, ``T`` between date and time) when it
+    is an ISO time, else None."""
+    t = text.strip()
+    if not is_iso_time(t):
+        return None
+    m = _ISO_SPACE_TIME.fullmatch(t)
+    return f"{m.group(1)}T{m.group(2)}" if m else t
 
 
 def is_iso_time(value: str | None) -> bool:

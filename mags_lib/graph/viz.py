@@ -117,6 +117,20 @@ def _trace_of(trace) -> RecallTrace | None:
     raise TypeError(f"trace must be a Recall or RecallTrace, got {type(trace).__name__}")
 
 
+def _layout_seed(g, seed: int | None) -> int:
+    """The layout seed: ``seed``, else the graph's, else 0 (never the global random state: the same memory
+    draws the same picture every time)."""
+    return int(seed) if seed is not None else (g.seed if g.seed is not None else 0)
+
+
+def _live_row(g, node_id: str) -> int | None:
+    """Row of a node a recall trace names, or None when it has left the memory since (pruned, merged)."""
+    try:
+        return g._idx(node_id)
+    except KeyError:
+        return None
+
+
 def select_nodes(g, trace=None, max_nodes: int = 150) -> list[int]:
     """Node rows to draw: the trace's nodes (and their neighbours) first, then the most connected."""
     tr = _trace_of(trace)
@@ -131,7 +145,9 @@ def select_nodes(g, trace=None, max_nodes: int = 150) -> list[int]:
 
     if tr is not None:
         for nid in sorted(tr.node_weights, key=lambda x: -tr.node_weights[x]):
-            add(g._idx(nid))
+            i = _live_row(g, nid)
+            if i is not None:  # a node pruned or merged away since the recall is not drawn
+                add(i)
         for i in chosen:
             for v in list(g.G._succ[i]) + list(g.G._pred[i]):
                 add(v)
@@ -191,7 +207,7 @@ def to_pyvis(g, trace=None, *, max_nodes: int = 150, include_invalid: bool = Fal
     tw = tr.edge_weights if tr else {}
     on_path = {e for p in tr.paths for e in p.edges} if tr else set()
     net = Network(height=height, width="100%", directed=True, cdn_resources="in_line", notebook=False)
-    layout_seed = seed if seed is not None else (g.seed if g.seed is not None else 0)
+    layout_seed = _layout_seed(g, seed)
     pos = None
     if not physics:
         pos = nx.spring_layout(g.G.subgraph(nodes), seed=layout_seed)
@@ -305,11 +321,11 @@ def draw(g, trace=None, *, ax=None, max_nodes: int = 80, seed: int | None = None
     elist = [e for e in np.flatnonzero(mask).tolist() if int(ed.src[e]) in keep and int(ed.dst[e]) in keep]
     for e in elist:
         H.add_edge(int(ed.src[e]), int(ed.dst[e]))
-    pos = nx.spring_layout(H, seed=g.seed if seed is None else seed, k=1.2 / max(np.sqrt(len(nodes)), 1))
-    anchors = {g._idx(a) for a in tr.anchor_ids} if tr else set()
+    pos = nx.spring_layout(H, seed=_layout_seed(g, seed), k=1.2 / max(np.sqrt(len(nodes)), 1))
+    anchors = {_live_row(g, a) for a in tr.anchor_ids} - {None} if tr else set()
     tw = tr.edge_weights if tr else {}
     on_path = {e for p in tr.paths for e in p.edges} if tr else set()
-    reached = {g._idx(n) for n in tr.node_weights} if tr else set()
+    reached = {_live_row(g, n) for n in tr.node_weights} - {None} if tr else set()
     for e in elist:
         s, o = int(ed.src[e]), int(ed.dst[e])
         eid = int(ed.uid[e])  # traces name edges by id
@@ -410,7 +426,7 @@ def draw_kcore_shells(g, *, ax=None, max_nodes: int = 120, seed: int | None = No
     for i in nodes:
         shells.setdefault(int(core[i]), []).append(i)
     pos = nx.shell_layout(H, nlist=[shells[k] for k in sorted(shells, reverse=True)]) if len(shells) > 1 \
-        else nx.spring_layout(H, seed=g.seed if seed is None else seed)
+        else nx.spring_layout(H, seed=_layout_seed(g, seed))
     kmax = int(core.max()) if core.size else 0
     nx.draw_networkx_edges(H, pos, ax=ax, edge_color=COLORS["edge"], width=0.6, alpha=0.6)
     cmap = plt.get_cmap("plasma")
@@ -559,20 +575,25 @@ def draw_recall_subgraph(g, trace, *, title: str | None = None, ax=None, wrap: i
     depth: dict[int, int] = {}
     edges: dict[int, float] = {}
     for a in tr.anchors:
-        if any(p.nodes and p.nodes[0] == a.node for p in paths):
-            depth[g._idx(a.node)] = 0
+        i = _live_row(g, a.node)  # nodes pruned or merged away since the recall are not drawn
+        if i is not None and any(p.nodes and p.nodes[0] == a.node for p in paths):
+            depth[i] = 0
     for p in paths:
         for k, nid in enumerate(p.nodes):
-            i = g._idx(nid)
-            depth[i] = min(depth.get(i, k), k)
-        for e in p.edges:  # edge ids -> rows (an edge compacted away since the recall is not drawn)
+            i = _live_row(g, nid)
+            if i is not None:
+                depth[i] = min(depth.get(i, k), k)
+        for e in p.edges:  # edge ids -> rows (an edge removed or compacted away since the recall is not drawn)
             r = g.edges.row(int(e))
-            if r >= 0:
+            if r >= 0 and g.edges.alive[r]:
                 edges[r] = max(edges.get(r, 0.0), tr.edge_weights.get(int(e), p.weight))
     if not depth:
+        if paths:
+            raise ValueError("every node of this recall has left the memory since (pruned or merged by maintain): "
+                             "recall again to draw the memory as it is")
         raise ValueError("the recall returned nothing: there is no subgraph to draw")
     nd, ed = g.nodes, g.edges
-    anchors = {g._idx(a.node) for a in tr.anchors}
+    anchors = {_live_row(g, a.node) for a in tr.anchors} - {None}
     if ax is None:
         fig, ax = plt.subplots()
     fig = ax.figure
