@@ -328,11 +328,31 @@ def _query_embedder(name: str):
         return HashEmbedder()
 
 
+def check_params(sizes: Sequence[int], *, edges_per_node: int, queries: int, engram_triplets: int,
+                 engram_batches: Sequence[int], ticks: int) -> None:
+    """Raise ValueError, saying what is wrong, for sizes and counts that measure nothing (checked before any
+    graph is built: a count of 0 would otherwise fail, or write a figure of 0, after minutes of building)."""
+    bad = []
+    if not len(sizes) or min(sizes) < 10:
+        bad.append(f"every size must be >= 10 nodes (got {list(sizes)})")
+    if edges_per_node < 1:
+        bad.append(f"edges_per_node must be >= 1 (got {edges_per_node})")
+    for name, v in (("queries", queries), ("engram_triplets", engram_triplets), ("ticks", ticks)):
+        if v < 1:
+            bad.append(f"{name} must be >= 1 (got {v}): a percentile, rate or median of nothing is no figure")
+    if not len(engram_batches) or min(engram_batches) < 1:
+        bad.append(f"engram_batches needs positive integers (got {list(engram_batches)})")
+    if bad:
+        raise ValueError("; ".join(bad))
+
+
 def run(sizes: Sequence[int] = (1_000, 10_000, 100_000), *, out_dir: str | Path = "results/bench",
         edges_per_node: int = 5, queries: int = 200, engram_triplets: int = 2000,
         engram_batches: Sequence[int] = (10, 100), ticks: int = 3, embedder: str = "minilm", seed: int = 0,
         verbose: bool = True) -> dict:
     """Run the benchmark over ``sizes`` and write ``graph.json`` and ``graph.png`` into ``out_dir``."""
+    check_params(sizes, edges_per_node=edges_per_node, queries=queries, engram_triplets=engram_triplets,
+                 engram_batches=engram_batches, ticks=ticks)
     out_dir = Path(out_dir)
     need = memory_needed_mb(max(sizes), edges_per_node)
     try:
@@ -384,7 +404,10 @@ def run(sizes: Sequence[int] = (1_000, 10_000, 100_000), *, out_dir: str | Path 
         "maintain_exponent": exps["maintain"] is not None and exps["maintain"] <= TARGETS["maintain_exponent"],
         "engram_triplets_per_s": at_100k and ref["engram"]["triplets_per_s"] >= TARGETS["engram_triplets_per_s"],
     }
-    (out_dir / "graph.json").write_text(json.dumps(result, indent=1))
+    from mags_lib import repro
+
+    result["meta"] = {"git_sha": repro.git_sha(), "written_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+    repro.atomic_write_text(out_dir / "graph.json", json.dumps(result, indent=1) + "\n")  # never half-written
     _plot(result, out_dir / "graph.png")
     return result
 
@@ -443,6 +466,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         sizes = [300, 1000]
         kw.update(queries=30, engram_triplets=200, engram_batches=[10, 50], ticks=2,
                   embedder="hash" if a.embedder == "minilm" else a.embedder)
+    try:
+        check_params(sizes, **{k: kw[k] for k in ("edges_per_node", "queries", "engram_triplets", "engram_batches",
+                                                  "ticks")})
+    except ValueError as e:
+        p.error(str(e).replace("edges_per_node", "--edges-per-node").replace("engram_triplets", "--engram-triplets")
+                .replace("queries", "--queries").replace("ticks", "--ticks"))
     res = run(sizes, out_dir=a.out, **kw)
     print(table(res))
     print(f"\nwrote {Path(a.out) / 'graph.json'} and {Path(a.out) / 'graph.png'}")

@@ -14,7 +14,8 @@ embedded SmolLM2-135M-Instruct, in one run:
   thread count for both (``--threads``; default that of the llama.cpp backend: the usable cores minus
   one, see :func:`mags_lib.backends.llamacpp_backend.default_threads`); generated tokens divided by
   wall time (prompt processing included), after
-  one warm-up call each; and the ratio llama.cpp / transformers (target >= 5);
+  one warm-up call each, every prompt evaluated afresh (the llama.cpp backend's prefix cache off: transformers has
+  none); and the ratio llama.cpp / transformers (target >= 5);
 * **MAGS turn latency** with the llama.cpp backend and MiniLM: a fixed story is observed and fixed
   questions asked; p50/p95 of ``observe`` and ``ask`` turns (target: ask p50 <= 2 s on 2 cores), the
   ask-turn breakdown (ask model, recall, answer model) and memory tokens per query;
@@ -145,7 +146,8 @@ def _pct(xs: Sequence[float], q: float) -> float | None:
 
 def bench_tokens_per_second(backend_names: Sequence[str], *, prompts: Sequence[str], max_new_tokens: int,
                             threads: int) -> dict:
-    """Single-stream greedy tokens/s per backend on the same chat prompts (one warm-up call each)."""
+    """Single-stream greedy tokens/s per backend on the same chat prompts (one warm-up call each; every prompt's
+    processing timed: the llama.cpp backend is loaded without its prefix cache)."""
     from tqdm.auto import tqdm
 
     from ..backends import load_backend
@@ -156,6 +158,11 @@ def bench_tokens_per_second(backend_names: Sequence[str], *, prompts: Sequence[s
         kw = {"n_threads": threads}
         if name == "transformers":
             kw["batch_size"] = 1
+        if name == "llamacpp":
+            # every prompt evaluated afresh, as transformers does: with the prefix cache on, the first timed
+            # prompt (the warm-up's) and the chat template's system block of the others would be cache hits,
+            # prompt processing left out of llama.cpp's rate only
+            kw["prefix_cache"] = False
         t0 = time.perf_counter()
         with load_backend(name, **kw) as b:
             load_s = time.perf_counter() - t0
@@ -167,6 +174,7 @@ def bench_tokens_per_second(backend_names: Sequence[str], *, prompts: Sequence[s
         secs = sum(g.seconds for g in gens)
         out[name] = {
             "model": model,
+            "prefix_cache": kw.get("prefix_cache"),
             "load_s": round(load_s, 3),
             "new_tokens": new,
             "prompt_tokens": sum(g.n_prompt_tokens for g in gens),

@@ -187,6 +187,9 @@ def simulate(config=None, *, n_turns: int = 600, maintain_every: int | None = No
     }
 
 
+_HUB_SUBJECTS = 20  # the hub case of :func:`run`: fewer subjects, more facts each
+
+
 def run(*, n_turns: int = 600, out_dir: str | Path = "results/bench", seeds: Sequence[int] = (0, 1),
         horizons: Sequence[int] = (600, 1200, 2400), decay_rates: Sequence[float] = (0.005, 0.01, 0.02, 0.03, 0.05),
         progress: bool = True) -> dict:
@@ -203,6 +206,15 @@ def run(*, n_turns: int = 600, out_dir: str | Path = "results/bench", seeds: Seq
     from .. import repro
     from ..graph import GraphConfig
 
+    hub_max = _HUB_SUBJECTS * len(RELATIONS)
+    if not 1 <= n_turns <= hub_max:
+        raise ValueError(f"n_turns must be in [1, {hub_max}], got {n_turns}: the hub case has {_HUB_SUBJECTS} subjects "
+                         f"of at most {len(RELATIONS)} distinct facts each")
+    if not len(seeds):
+        raise ValueError("seeds is empty: give at least one seed")
+    if not len(horizons) or min(horizons) < 1 or not len(decay_rates) or min(decay_rates) < 0:
+        raise ValueError(f"horizons need turn counts >= 1 and decay_rates rates >= 0, got {list(horizons)} and "
+                         f"{list(decay_rates)}")
     say = print if progress else (lambda *a, **k: None)
     t0 = time.perf_counter()
     G = GraphConfig()
@@ -224,7 +236,7 @@ def run(*, n_turns: int = 600, out_dir: str | Path = "results/bench", seeds: Seq
     cases = {}
     for name, cfg in variants.items():
         rows = {}
-        for seed, subjects in [(s, None) for s in seeds] + [(seeds[0], 20)]:
+        for seed, subjects in [(s, None) for s in seeds] + [(seeds[0], _HUB_SUBJECTS)]:
             r = simulate(cfg, n_turns=n_turns, seed=seed, n_subjects=subjects)
             rows[f"seed {seed}, {subjects or 'default'} subjects"] = {k: r[k] for k in keys}
         cases[name] = rows
@@ -263,10 +275,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--out", default="results/bench")
     p.add_argument("--quick", action="store_true", help="200 turns, one seed, short horizons")
     a = p.parse_args(argv)
+    try:
+        seeds = [int(x) for x in a.seeds.split(",") if x.strip()]
+    except ValueError:
+        p.error(f"--seeds takes comma-separated integers, got {a.seeds!r}")
+    if not seeds:
+        p.error("--seeds needs at least one seed")
+    hub_max = _HUB_SUBJECTS * len(RELATIONS)
+    if not a.quick and not 1 <= a.turns <= hub_max:
+        p.error(f"--turns must be in [1, {hub_max}] (got {a.turns}): the hub case has {_HUB_SUBJECTS} subjects of at "
+                f"most {len(RELATIONS)} distinct facts each")
     if a.quick:
         run(n_turns=200, out_dir=a.out, seeds=[0], horizons=(200, 400), decay_rates=(0.01, 0.05))
     else:
-        run(n_turns=a.turns, out_dir=a.out, seeds=[int(x) for x in a.seeds.split(",")])
+        run(n_turns=a.turns, out_dir=a.out, seeds=seeds)
     return 0
 
 

@@ -65,6 +65,8 @@ def measure(*, copies: int = 8, queries: int = 300, ks: Sequence[int] = (10, 25)
             variants: Sequence[str] = ("legacy", "dense", "no-context", "fixed-anchors"), seed: int = 0,
             progress=print) -> dict:
     """Build the memory and time recall per configuration and k (see the module docstring)."""
+    if copies < 1 or queries < 1:
+        raise ValueError(f"copies and queries must be >= 1, got copies={copies}, queries={queries}")
     from ..embed import get_minilm
     from ..graph import LiquidGraph, RecallConfig
     from .locomo import load_locomo
@@ -106,7 +108,7 @@ def measure(*, copies: int = 8, queries: int = 300, ks: Sequence[int] = (10, 25)
                  "first_recall_s": first_s, "queries": len(qs), "embedder_misses": emb.misses, "latency_ms": {}}
     for name, cfg in configs.items():
         for k in ks:
-            for i in range(5):
+            for i in range(min(5, len(qs))):
                 g.recall(qs[i], k=k, query_embeddings=Q[i], config=cfg)
             gc.collect()
             lat = []
@@ -125,6 +127,8 @@ def measure_synthetic(n: int, *, queries: int = 200, ks: Sequence[int] = (10, 25
                       variants: Sequence[str] = ("legacy", "dense", "no-context", "fixed-anchors"), seed: int = 0,
                       progress=print) -> dict:
     """Recall latency per configuration and k on ``build_synthetic(n)`` (query embeddings given)."""
+    if n < 10 or queries < 1:
+        raise ValueError(f"need n >= 10 nodes and queries >= 1, got n={n}, queries={queries}")
     from ..graph import RecallConfig
     from .graph import _unit, build_synthetic
     from .locomo_eval import RECALL_VARIANTS
@@ -141,7 +145,7 @@ def measure_synthetic(n: int, *, queries: int = 200, ks: Sequence[int] = (10, 25
                  "latency_ms": {}}
     for name, cfg in configs.items():
         for k in ks:
-            for i in range(5):
+            for i in range(min(5, queries)):
                 g.recall(texts[i], k=k, query_embeddings=Q[i], config=cfg)
             gc.collect()
             lat, hit = [], 0
@@ -159,8 +163,16 @@ def measure_synthetic(n: int, *, queries: int = 200, ks: Sequence[int] = (10, 25
     return out
 
 
+def _holds_locomo_figures(path: Path) -> bool:
+    """Whether ``path`` is a result of this benchmark with the LoCoMo part measured."""
+    try:
+        return "latency_ms" in json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError, TypeError):
+        return False
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    from ..repro import atomic_write_text
+    from ..repro import atomic_write_text, git_sha
 
     p = argparse.ArgumentParser(prog="python -m mags_lib.bench.recall_scale", description=__doc__.split("\n")[0])
     p.add_argument("--data", default=None, help="path of locomo10.json (default ../shared/data/locomo/)")
@@ -169,15 +181,27 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--synthetic", type=int, default=50_000, help="nodes of the synthetic fact memory (0: skip)")
     p.add_argument("--out", default="results/bench/locomo_recall_scale.json")
     a = p.parse_args(argv)
+    if a.copies < 1 or a.queries < 1:
+        p.error(f"--copies and --queries must be >= 1 (got {a.copies} and {a.queries})")
+    if a.synthetic and a.synthetic < 10:
+        p.error(f"--synthetic takes a node count >= 10, or 0 to skip (got {a.synthetic})")
     try:
         res = measure(copies=a.copies, queries=a.queries, data=a.data)
     except FileNotFoundError as e:
         print(f"skipped: {e}", file=sys.stderr)
         res = {"skipped": str(e)}
+        if not a.synthetic:
+            print("nothing measured (--synthetic 0): nothing written", file=sys.stderr)
+            return 1
+        if _holds_locomo_figures(Path(a.out)):
+            print(f"{a.out} holds figures measured on LoCoMo; a run without LoCoMo does not replace them: pass "
+                  "--data, or --out another file", file=sys.stderr)
+            return 1
     if a.synthetic:
         res["synthetic"] = measure_synthetic(a.synthetic)
     res["command"] = "python -m mags_lib.bench.recall_scale " + " ".join(sys.argv[1:] if argv is None else argv)
     res["date"] = time.strftime("%Y-%m-%d %H:%M")
+    res["git_sha"] = git_sha()
     res["machine"] = f"{platform.machine()}, {os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f}"
     Path(a.out).parent.mkdir(parents=True, exist_ok=True)
     atomic_write_text(Path(a.out), json.dumps(res, indent=1) + "\n")

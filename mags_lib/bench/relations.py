@@ -28,6 +28,7 @@ for the model-free embedder, ``--game 40`` for the game replay, ``--out file.jso
 from __future__ import annotations
 
 import itertools
+import math
 import re
 from dataclasses import dataclass, replace
 
@@ -223,6 +224,10 @@ def main(argv=None) -> None:
     ap.add_argument("--game", type=int, default=0, help="also replay this many game scenarios' gold facts "
                     "(canonical and paraphrased labels) and count wrong/missed invalidations")
     a = ap.parse_args(argv)
+    if a.errors is not None and a.errors not in THRESHOLDS:
+        ap.error(f"--errors takes one of the measured thresholds {list(THRESHOLDS)}, got {a.errors}")
+    if a.game < 0:
+        ap.error(f"--game takes a number of scenarios >= 0, got {a.game}")
     emb = load_embedder(a.embedder)
     res = evaluate(emb)
     print("counts are (tp/fp/fn); positive = conflicting (single-valued / same single-valued slot)")
@@ -243,8 +248,27 @@ def main(argv=None) -> None:
                 res["game"][f"{name} {'paraphrased' if para else 'canonical'}"] = r
                 print(f"game {name:>6} {'paraphrased' if para else 'canonical':>11}:", {k: r[k] for k in keys})
     if a.out:
-        with open(a.out, "w") as fh:
-            json.dump({str(k): v for k, v in res.items()}, fh, indent=1, default=str)
+        from pathlib import Path
+        from time import strftime
+
+        from .. import repro
+
+        res["meta"] = {"embedder": a.embedder, "embedder_name": getattr(emb, "name", type(emb).__name__),
+                       "thresholds": list(THRESHOLDS), "game_scenarios": a.game, "git_sha": repro.git_sha(),
+                       "written_at": strftime("%Y-%m-%dT%H:%M:%S%z")}
+        # strict JSON: an undefined precision or recall (no positive predicted / present) is null, not NaN
+        repro.atomic_write_text(Path(a.out), json.dumps(_finite(res), indent=1, default=str, allow_nan=False) + "\n")
+
+
+def _finite(x):
+    """``x`` with its dict keys as strings and every non-finite float as None (JSON has no NaN)."""
+    if isinstance(x, dict):
+        return {str(k): _finite(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_finite(v) for v in x]
+    if isinstance(x, float) and not math.isfinite(x):
+        return None
+    return x
 
 
 if __name__ == "__main__":
