@@ -186,6 +186,22 @@ def test_before_sets_skip_missing_seed_data_in_one_line(tmp_path):
     assert len(notes) == 1 and "seed_ask_smoke" in notes[0] and "seed_syn_dual" in notes[0]
 
 
+def test_a_seed_folder_without_seed_files_is_skipped_in_one_line(tmp_path):
+    """A folder that exists but holds no asks/*.json or writes/*.json (a wrong path, an empty download) is skipped like
+    a missing one: build_all crashed in the seed import after saving the generated datasets."""
+    from mags_lib.data import GenerationConfig, build_all, seed_skip_message
+
+    empty = tmp_path / "seed_syn_dual"
+    (empty / "asks").mkdir(parents=True)
+    (empty / "asks" / "notes.txt").write_text("not a seed file")
+    msg = seed_skip_message(empty)
+    assert msg and str(empty) in msg and "asks/*.json" in msg
+    cfg = GenerationConfig(n_train=6, n_validation=3, n_test=3, worlds_train=2, worlds_validation=1, worlds_test=1)
+    built = build_all("smoke", seed_path=empty, config=cfg, root=tmp_path, progress=False)
+    assert built["seed_import"] is None and built["seed_skipped"] == msg
+    assert sorted(built["paths"]) == ["gen_answer_smoke", "gen_ask_smoke", "gen_write_smoke"]
+
+
 def test_config_and_set_checks(tmp_path):
     with pytest.raises(ValueError, match="modes"):
         EvalConfig(modes=("beam",))

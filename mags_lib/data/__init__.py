@@ -103,6 +103,9 @@ def seed_skip_message(seed_path: str | Path | None) -> str | None:
     if not folder.is_dir():
         return (f"seed datasets skipped: no folder {folder}. To add them, put the seed project's "
                 f"seed_syn_dual there (asks/*.json, writes/*.json) or pass its path as seed_path")
+    if not any(any((folder / d).glob("*.json")) for d in ("asks", "writes")):  # checked before anything is saved
+        return (f"seed datasets skipped: {folder} holds no asks/*.json or writes/*.json (is it seed_syn_dual?). "
+                f"To add them, put the seed project's seed_syn_dual there or pass its path as seed_path")
     return None
 
 
