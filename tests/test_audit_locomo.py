@@ -178,3 +178,14 @@ def test_recall_table_n_and_tuned_on(tmp_path, monkeypatch):
     with pytest.raises(SystemExit):
         E.main(["--data", str(p), "--out", str(tmp_path / "o"), "--no-qa", "--tuned-on", "conv-a,conv-A"])
     assert ran == []  # refused before running
+
+
+def test_a_data_path_given_and_missing_is_an_error_not_a_skip(tmp_path, capsys):
+    """Without --data a missing LoCoMo file is an optional input left out (one line, exit 0); a --data path that is
+    missing is a mistake: it exited 0 with 'skipped', so a batch run with a typo in the path "passed"."""
+    from mags_lib.bench import locomo_eval as E
+
+    with pytest.raises(SystemExit) as e:
+        E.main(["--profile", "smoke", "--out", str(tmp_path / "out"), "--data", str(tmp_path / "nope" / "locomo10.json")])
+    assert e.value.code == 2 and "nope" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()

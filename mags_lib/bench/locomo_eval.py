@@ -1022,6 +1022,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         data = load_locomo(a.data)
     except FileNotFoundError as e:
+        if a.data is not None:  # a path asked for and missing is a mistake, not an optional input left out
+            p.error(f"--data: {e}")
         print(f"skipped: {e}", file=sys.stderr)
         return 0
     over: dict[str, Any] = {"seed": a.seed, "n_threads": a.threads, "mags_writes": tuple(a.writes.split(","))}
