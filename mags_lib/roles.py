@@ -42,6 +42,11 @@ ROLE_NAMES = ("ask", "write", "answer")
 """The trained roles (the router is not trained)."""
 
 
+def _is_int(x: object) -> bool:
+    """An int that is not a bool (``True`` from a hand-edited meta.json is not a budget of 1 token)."""
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
 @dataclass(frozen=True)
 class PromptSpec:
     """How a role's model is prompted and decoded.
@@ -79,16 +84,16 @@ class PromptSpec:
             raise ValueError(f"unknown role {self.role!r}: use one of {sorted(protocol.SYSTEM_PROMPTS)}")
         if not isinstance(self.system, str) or not self.system.strip():
             raise ValueError("a prompt needs a non-empty system prompt")
-        if not isinstance(self.few_shot, int) or self.few_shot < 0:
+        if not _is_int(self.few_shot) or self.few_shot < 0:
             raise ValueError(f"few_shot must be an int >= 0, got {self.few_shot!r}")
-        if not isinstance(self.max_new_tokens, int) or self.max_new_tokens < 1:
+        if not _is_int(self.max_new_tokens) or self.max_new_tokens < 1:
             raise ValueError(f"max_new_tokens must be an int >= 1, got {self.max_new_tokens!r}")
         if isinstance(self.stop, str) or not all(isinstance(x, str) and x for x in self.stop):
             raise ValueError(f"stop must be a sequence of non-empty strings, got {self.stop!r}")
         object.__setattr__(self, "stop", tuple(self.stop))
         bounds = (self.max_ops, self.max_field_chars, self.max_object_chars)
         if self.role in protocol.ROLES:
-            if any(not isinstance(b, int) or b < 1 for b in bounds):
+            if any(not _is_int(b) or b < 1 for b in bounds):
                 raise ValueError(f"the {self.role} role needs grammar bounds >= 1, got {bounds}")
         elif any(b is not None for b in bounds):
             raise ValueError(f"the {self.role} role has no grammar: leave its bounds None")
@@ -129,6 +134,8 @@ class PromptSpec:
         if not isinstance(d, Mapping) or set(d) != need:
             got = sorted(d) if isinstance(d, Mapping) else type(d).__name__
             raise ValueError(f"a prompt spec has exactly the keys {sorted(need)}, got {got}")
+        if isinstance(d["stop"], str):  # tuple("</s>") would stop at any "<", "/", "s" or ">"
+            raise ValueError(f"a prompt spec's stop is a list of strings, got the string {d['stop']!r}")
         return cls(**{**d, "stop": tuple(d["stop"])})
 
 
