@@ -3,7 +3,7 @@
 Usage::
 
     python -m mags_lib.bench.compaction              # 600 to 4800 turns, two configurations (about a minute)
-    python -m mags_lib.bench.compaction --quick      # 600 and 1200 turns
+    python -m mags_lib.bench.compaction --quick      # 600 and 1200 turns, written to compaction_quick.json
 
 The conversation is :func:`mags_lib.bench.longevity.conversation` (one distinct fact per turn, observed
 through ``add_episode`` + ``engram``, ``maintain`` every 8 turns, nothing recalled: the worst case
@@ -75,8 +75,8 @@ def measure(g, n_turns: int) -> dict:
 
 
 def run(*, horizons: Sequence[int] = (600, 1200, 2400, 4800), out_dir: str | Path = "results/bench",
-        dim: int = 256, seed: int = 0, progress: bool = True) -> dict:
-    """Measure every configuration and horizon and write ``<out_dir>/compaction.json``; returns it."""
+        dim: int = 256, seed: int = 0, progress: bool = True, filename: str = "compaction.json") -> dict:
+    """Measure every configuration and horizon and write ``<out_dir>/<filename>`` (atomically); returns it."""
     from .. import repro
     from ..graph import GraphConfig
     from .longevity import legacy_config
@@ -109,9 +109,7 @@ def run(*, horizons: Sequence[int] = (600, 1200, 2400, 4800), out_dir: str | Pat
                                   "compact_dead_share": limits.compact_dead_share,
                                   "compact_min_rows": limits.compact_min_rows},
                        "git_sha": repro.git_sha(), "wall_time_s": round(time.perf_counter() - t0, 1)}}
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "compaction.json").write_text(json.dumps(result, indent=1))
+    repro.atomic_write_text(Path(out_dir) / filename, json.dumps(result, indent=1))
     return result
 
 
@@ -119,9 +117,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Command line: see the module docstring."""
     p = argparse.ArgumentParser(prog="python -m mags_lib.bench.compaction", description=__doc__.split("\n\n")[0])
     p.add_argument("--out", default="results/bench")
-    p.add_argument("--quick", action="store_true", help="600 and 1200 turns only")
+    p.add_argument("--quick", action="store_true", help="600 and 1200 turns only (written to compaction_quick.json, "
+                                                        "never over the full run's compaction.json)")
     a = p.parse_args(argv)
-    run(horizons=(600, 1200) if a.quick else (600, 1200, 2400, 4800), out_dir=a.out)
+    run(horizons=(600, 1200) if a.quick else (600, 1200, 2400, 4800), out_dir=a.out,
+        filename="compaction_quick.json" if a.quick else "compaction.json")
     return 0
 
 

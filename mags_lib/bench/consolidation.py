@@ -269,6 +269,7 @@ def trainer_speed(*, n_facts: int = 100, steps: int = 10, batch_size: int = 8, t
 
     import torch
 
+    from .. import repro
     from ..consolidation import ConsolidationConfig, _train_shared_prefix, render_examples, train_config
     from ..models import base_model_dir
     from ..roles import ROLE_SPECS
@@ -276,13 +277,15 @@ def trainer_speed(*, n_facts: int = 100, steps: int = 10, batch_size: int = 8, t
     from ..training.run import rows_hash
 
     torch.set_num_threads(threads)
-    facts = [dict(f, id=i) for i, f in enumerate(scenario_facts("default", seed=seed, n_scenarios=60)[:n_facts])]
+    facts = [dict(f, id=i) for i, f in enumerate(_facts(n_facts, seed))]
     cfg = ConsolidationConfig(min_strength=0.0, max_facts=n_facts, questions_per_fact=2, statements_per_fact=1,
                               negatives_ratio=0.25, open_book_ratio=0.25, seed=seed)
     rows = render_examples(facts, cfg)["rows"]
     base, prompt = base_model_dir(), ROLE_SPECS["answer"].base
     tcfg = train_config(cfg, max_steps=steps, batch_size=batch_size, threads=threads)
-    out: dict[str, Any] = {"n_rows": len(rows), "steps": steps, "batch_size": batch_size, "threads": threads,
+    out: dict[str, Any] = {"n_rows": len(rows), "n_facts": len(facts), "steps": steps, "batch_size": batch_size,
+                           "threads": threads, "seed": seed, "git_sha": repro.git_sha(),
+                           "measured_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
                            "machine": {"cpus": os.cpu_count(), "processor": platform.processor(),
                                        "platform": platform.platform()}, "trainers": {}}
     with tempfile.TemporaryDirectory() as tmp:
@@ -313,6 +316,18 @@ def trainer_speed(*, n_facts: int = 100, steps: int = 10, batch_size: int = 8, t
     return out
 
 
+def _facts(n_facts: int, seed: int) -> list[dict]:
+    """The first ``n_facts`` facts of 60 scenarios (notebook 45's); a ValueError, before any model is loaded,
+    when ``n_facts`` is below 1 or more than the scenarios hold (a row must not claim more facts than it used)."""
+    if isinstance(n_facts, bool) or not isinstance(n_facts, int) or n_facts < 1:
+        raise ValueError(f"n_facts (--n-facts) must be an integer >= 1, got {n_facts!r}")
+    facts = scenario_facts("default", seed=seed, n_scenarios=60)
+    if len(facts) < n_facts:
+        raise ValueError(f"n_facts={n_facts} but the 60 scenarios of seed {seed} hold {len(facts)} facts: "
+                         f"use --n-facts {len(facts)} or fewer")
+    return facts[:n_facts]
+
+
 RECIPE_BASE = {"min_strength": 0.0, "min_uses": 1, "after": "demote", "batch_size": 8, "threads": 2, "seed": 0}
 """What :func:`recipe` fixes beside its overrides (notebook 45's settings; the rest are ConsolidationConfig defaults)."""
 
@@ -335,7 +350,7 @@ def recipe(overrides: dict | None = None, *, n_facts: int = 100, models: str = "
     torch.set_num_threads(threads)
     over = dict(overrides or {})
     cfg = ConsolidationConfig(**{**RECIPE_BASE, "max_facts": n_facts, "threads": threads, "seed": seed, **over})
-    facts = scenario_facts("default", seed=seed, n_scenarios=60)[:n_facts]
+    facts = _facts(n_facts, seed)
     m = MAGS(MAGSConfig(backend="transformers", embedder="hash", n_threads=threads, seed=seed,
                         max_new_tokens_answer=16, models=models))
     try:
@@ -358,7 +373,7 @@ def recipe(overrides: dict | None = None, *, n_facts: int = 100, models: str = "
             "wrong": [(q["question"], q["object"], a) for q, a, ok in zip(questions, cb["answers"], cb["correct"])
                       if not ok][:12],
             "machine": {"cpus": os.cpu_count(), "processor": platform.processor(), "platform": platform.platform()},
-            "measured_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+            "git_sha": repro.git_sha(), "measured_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -375,6 +390,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--tag", default="", help="a name for the --recipe row")
     p.add_argument("--out", default="results/bench")
     a = p.parse_args(argv)
+    if a.steps < 1 or a.threads < 1 or a.n_facts < 1:
+        p.error("--steps, --threads and --n-facts must be >= 1")
+    from .. import repro
+
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     if a.recipe is not None:
@@ -384,8 +403,6 @@ def main(argv: Sequence[str] | None = None) -> int:
             p.error(f"--recipe must be a JSON object of ConsolidationConfig fields: {exc}")
         if not isinstance(over, dict):
             p.error("--recipe must be a JSON object of ConsolidationConfig fields, e.g. '{\"max_steps\": 260}'")
-        from .. import repro
-
         row = {"tag": a.tag, **recipe(over, n_facts=a.n_facts, threads=a.threads)}
         path = out / "consolidation_recipes.json"
         rows = json.loads(path.read_text()) if path.is_file() else []
@@ -393,7 +410,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(json.dumps({k: v for k, v in row.items() if k not in ("config", "wrong")}, indent=1))
         return 0
     res = trainer_speed(n_facts=a.n_facts, steps=a.steps, threads=a.threads)
-    (out / "consolidation_trainers.json").write_text(json.dumps(res, indent=1) + "\n")
+    repro.atomic_write_text(out / "consolidation_trainers.json", json.dumps(res, indent=1) + "\n")
     print(json.dumps(res["trainers"], indent=1))
     return 0
 

@@ -150,8 +150,11 @@ def gold_period(answer: str | None, session: _dt.date) -> tuple[str, Period] | N
         a, b = got[1]
         if m.group(2) == "week":
             return f"{m.group(1)} week of", ((a, a + 6 * day) if m.group(1) == "first" else (b - 6 * day, b))
-        sat = a + ((5 - a.weekday()) % 7) * day
-        return "first weekend of", (sat, sat + day)
+        if m.group(1) == "first":
+            sat = a + ((5 - a.weekday()) % 7) * day
+        else:  # the last Saturday of the month (its Sunday may fall in the next month)
+            sat = b - ((b.weekday() - 5) % 7) * day
+        return f"{m.group(1)} weekend of", (sat, sat + day)
     m = re.fullmatch(r"(?:(?:the|a|on) )*(?:(few|a|one|two|three|four) )?(day|week|weekend|"
                      + "|".join(_WEEKDAYS) + r")s? (before|after|of) (.+)", t)
     if m:
@@ -312,9 +315,7 @@ def run(data: str | Path | None = None, *, out_dir: str | Path = "results/bench"
     result = {"turns": turns, "temporal_questions": questions, "rows": rows,
               "meta": {"data": str(lc.path.name), "git_sha": repro.git_sha(),
                        "wall_time_s": round(time.perf_counter() - t0, 2)}}
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "dates.json").write_text(json.dumps(result, indent=1, ensure_ascii=False))
+    repro.atomic_write_text(Path(out_dir) / "dates.json", json.dumps(result, indent=1, ensure_ascii=False))
     return result
 
 

@@ -3,9 +3,10 @@
 Usage::
 
     python -m mags_lib.bench.limits                 # 400-node graph, 300 snapshots, 3,000 recalls
-    python -m mags_lib.bench.limits --quick         # tiny sizes, for tests
+    python -m mags_lib.bench.limits --quick         # tiny sizes, for tests: limits_quick.json
 
-Writes ``results/bench/limits.json`` (``--out`` changes the folder; the run's parameters, git SHA and
+Writes ``results/bench/limits.json`` (``--quick``: ``limits_quick.json``, so a smoke run never replaces the
+full run's figures; ``--out`` changes the folder; the run's parameters, git SHA and
 wall time are in its ``meta`` entry) with, for each bound, the memory held without the bound and with it (snapshots: bytes allocated by
 Python and numpy, measured with :mod:`tracemalloc` as the growth of traced memory while they are taken and kept; the
 log and the co-activation list: :func:`deep_sizeof` of the objects):
@@ -159,11 +160,23 @@ def bench_log_and_coactivation(n_nodes: int, n_recalls: int, oplog_cap: int, coa
     return out
 
 
+def check_sizes(*, n_nodes: int, n_snapshots: int, n_recalls: int, oplog_cap: int, coact_cap: int) -> None:
+    """Refuse sizes the measurement cannot use, before any work (ValueError naming the argument)."""
+    for name, value, least in (("n_nodes (--nodes)", n_nodes, 1), ("n_snapshots (--snapshots)", n_snapshots, 1),
+                               ("n_recalls (--recalls)", n_recalls, 1), ("oplog_cap (--oplog-cap)", oplog_cap, 1),
+                               ("coact_cap (--coact-cap)", coact_cap, 0)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < least:
+            raise ValueError(f"{name} must be an integer >= {least}, got {value!r}")
+
+
 def run(*, n_nodes: int = 400, n_snapshots: int = 300, n_recalls: int = 3_000, oplog_cap: int = 1_000,
-        coact_cap: int = 2_000, out_dir: str | Path = "results/bench", progress: bool = True) -> dict:
-    """Measure every bound and write ``<out_dir>/limits.json``; returns the result."""
+        coact_cap: int = 2_000, out_dir: str | Path = "results/bench", progress: bool = True,
+        filename: str = "limits.json") -> dict:
+    """Measure every bound and write ``<out_dir>/<filename>`` (atomically); returns the result."""
     from .. import repro
 
+    check_sizes(n_nodes=n_nodes, n_snapshots=n_snapshots, n_recalls=n_recalls, oplog_cap=oplog_cap,
+                coact_cap=coact_cap)
     say = print if progress else (lambda *a, **k: None)
     t0 = time.perf_counter()
     say(f"[limits] snapshots: {n_snapshots} of a {n_nodes}-node graph")
@@ -175,9 +188,7 @@ def run(*, n_nodes: int = 400, n_snapshots: int = 300, n_recalls: int = 3_000, o
     result["meta"] = {"params": {"n_nodes": n_nodes, "n_snapshots": n_snapshots, "n_recalls": n_recalls,
                                  "oplog_cap": oplog_cap, "coact_cap": coact_cap},
                       "git_sha": repro.git_sha(), "wall_time_s": round(time.perf_counter() - t0, 1)}
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "limits.json").write_text(json.dumps(result, indent=1))
+    repro.atomic_write_text(Path(out_dir) / filename, json.dumps(result, indent=1))
     return result
 
 
@@ -190,12 +201,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--oplog-cap", type=int, default=1_000)
     p.add_argument("--coact-cap", type=int, default=2_000)
     p.add_argument("--out", default="results/bench")
-    p.add_argument("--quick", action="store_true", help="tiny sizes (tests)")
+    p.add_argument("--quick", action="store_true", help="tiny sizes (tests); written to limits_quick.json")
     a = p.parse_args(argv)
     if a.quick:
         a.nodes, a.snapshots, a.recalls, a.oplog_cap, a.coact_cap = 60, 40, 200, 50, 300
+    try:
+        check_sizes(n_nodes=a.nodes, n_snapshots=a.snapshots, n_recalls=a.recalls, oplog_cap=a.oplog_cap,
+                    coact_cap=a.coact_cap)
+    except ValueError as e:
+        p.error(str(e))
     res = run(n_nodes=a.nodes, n_snapshots=a.snapshots, n_recalls=a.recalls, oplog_cap=a.oplog_cap,
-              coact_cap=a.coact_cap, out_dir=a.out)
+              coact_cap=a.coact_cap, out_dir=a.out, filename="limits_quick.json" if a.quick else "limits.json")
     print(json.dumps(res, indent=1))
     return 0
 

@@ -12,7 +12,10 @@ and for the process the peak GPU memory (allocated and reserved by torch's alloc
 RSS, the device, the backend (Unsloth is chosen when CUDA and the package are there) and the package
 versions. ``--no-grpo`` trains the warm start alone (a variant: the JSON says so); ``--deadline-s``
 stops training at that many seconds (the stage stays resumable and is reported unfinished, never as
-done). Figures of runs that shared a device with others say so through ``--note``.
+done). ``partial`` (with ``partial_reasons``) marks a JSON whose figures are not the whole profile's: a stage
+unfinished or not started (a deadline, an error), or skipped or resumed because the run tag already held it
+(its wall time then covers none or only part of its training). Figures of runs that shared a device with
+others say so through ``--note``.
 """
 
 from __future__ import annotations
@@ -66,6 +69,8 @@ def profile_role(role: str, profile: str, run_tag: str, *, backend: str = "auto"
 
     from .. import training
 
+    if deadline_s is not None and not deadline_s > 0:
+        raise ValueError(f"deadline_s must be > 0 seconds (or None: no deadline), got {deadline_s}")
     cfg = training.profile_config(role, profile, seed=seed)
     variant = f"{profile} profile" if not no_grpo else f"{profile} profile, warm start only (its GRPO stage not run)"
     if no_grpo:
@@ -87,15 +92,37 @@ def profile_role(role: str, profile: str, run_tag: str, *, backend: str = "auto"
         error = f"{type(e).__name__}: {e}"
         traceback.print_exc()
     wall = time.perf_counter() - t0
-    stages = {}
-    for name, st in (meta.get("stages") or {}).items():
-        want = cfg.sft.max_steps if name == "sft" else cfg.grpo.max_steps
+    stages, reasons = {}, []
+    done = meta.get("stages") or {}
+    for name in ("sft", "grpo"):
+        stage_cfg = getattr(cfg, name)
+        if stage_cfg is None:
+            continue
+        want = stage_cfg.max_steps
+        st = done.get(name)
+        if st is None:  # never started: a deadline or an error before it (GRPO waits for a finished warm start)
+            stages[name] = {"steps": 0 if error is None else None, "max_steps": want, "finished": False,
+                            "started": False if error is None else None, "wall_time_s": None}
+            reasons.append(f"{name} not started" if error is None else f"{name}: no record (the run failed)")
+            continue
         stages[name] = {"steps": st["steps"], "max_steps": want, "finished": st["steps"] >= want,
+                        "started": True, "skipped": bool(st.get("skipped")), "resumed_from": st.get("resumed_from"),
                         "wall_time_s": st["wall_time_s"]}
+        if not stages[name]["finished"]:
+            reasons.append(f"{name} stopped at step {st['steps']} of {want}")
+        if stages[name]["skipped"]:
+            reasons.append(f"{name} skipped: already trained under run tag {run_tag!r}, not timed here")
+        elif st.get("resumed_from"):
+            reasons.append(f"{name} resumed from step {st['resumed_from']}: its wall time covers only the rest")
+    if error is not None:
+        reasons.append("error")
+    hit = bool(callbacks and type(callbacks[0]).hit)
+    if hit and reasons:  # a deadline reached on the last step leaves a whole profile
+        reasons.append(f"stopped by the {deadline_s} s deadline")
     versions = repro.package_versions(("torch", "transformers", "trl", "peft", "unsloth", "unsloth_zoo"))
     out = {"role": role, "profile": profile, "variant": variant, "run_tag": run_tag, "backend": chosen,
-           "device": _device(), "stages": stages, "wall_time_s": round(wall, 1),
-           "stopped_by_deadline": bool(callbacks and type(callbacks[0]).hit), "deadline_s": deadline_s,
+           "device": _device(), "partial": bool(reasons), "partial_reasons": reasons, "stages": stages,
+           "wall_time_s": round(wall, 1), "stopped_by_deadline": hit, "deadline_s": deadline_s,
            "peak_gpu_allocated_gib": round(torch.cuda.max_memory_allocated() / 2**30, 3) if cuda else None,
            "peak_gpu_reserved_gib": round(torch.cuda.max_memory_reserved() / 2**30, 3) if cuda else None,
            "peak_host_rss_gib": round(repro.peak_rss_mb() / 1024, 3),
@@ -115,6 +142,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--note", default="", help="free text kept in the JSON (e.g. what shared the device)")
     ap.add_argument("--out", required=True, help="the JSON written")
     a = ap.parse_args(argv)
+    if a.deadline_s is not None and not a.deadline_s > 0:
+        ap.error(f"--deadline-s must be > 0 seconds (leave it out for no deadline), got {a.deadline_s}")
     import torch
 
     tag = a.run_tag or f"{a.profile}_{'cuda' if torch.cuda.is_available() else 'cpu'}"
@@ -122,8 +151,8 @@ def main(argv: list[str] | None = None) -> int:
                        note_text=a.note)
     Path(a.out).parent.mkdir(parents=True, exist_ok=True)
     repro.atomic_write_text(Path(a.out), json.dumps(res, indent=1, default=str))
-    print(json.dumps({k: res[k] for k in ("role", "backend", "stages", "wall_time_s", "peak_gpu_reserved_gib",
-                                          "peak_host_rss_gib", "error")}, default=str))
+    print(json.dumps({k: res[k] for k in ("role", "backend", "partial", "partial_reasons", "stages", "wall_time_s",
+                                          "peak_gpu_reserved_gib", "peak_host_rss_gib", "error")}, default=str))
     return 0 if res["error"] is None else 1
 
 
