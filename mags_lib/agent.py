@@ -350,7 +350,8 @@ class Answer:
     memory_tokens : int
         Tokens of the memory block (recalled facts) in the answer prompt.
     timings : dict
-        Seconds per step: ``ask``, ``recall``, ``answer``.
+        Seconds per step: ``ask`` (the ask model), ``recall`` (reading the memory: retrieval and building
+        the memory block; ``full_context``: the whole history), ``answer`` (the answer model).
     """
 
     question: str
@@ -950,14 +951,17 @@ class MAGS:
             text = annotate_relative_dates(text, time_)
         return text, time_, current, speaker, until
 
-    def pack_facts(self, items: Sequence[Any], budget: int | None = None) -> tuple[list[str], int, list]:
+    def pack_facts(self, items: Sequence[Any], budget: int | None = None, *,
+                   contiguous: bool = False) -> tuple[list[str], int, list]:
         """Memory lines from ranked recall items, best first, within the token budget.
 
         Each item is rendered by :meth:`render_item` (date, speaker, ``no longer true``). Returns the
         lines, the token count of the memory block they make (:func:`mags_lib.protocol.format_facts`,
         measured with the answer model's tokenizer) and the items they came from. Items whose
         normalised line repeats an earlier one are skipped, and so is an item that does not fit in
-        what is left of the budget: the next ones may still fit.
+        what is left of the budget: the next ones may still fit. ``contiguous``: packing ends at the
+        first item that does not fit instead (a history newest first keeps an unbroken run of the newest
+        observations, never a short older one past a gap: the ``full_context`` memory).
         """
         budget = self.config.memory_token_budget if budget is None else int(budget)
         b = self.backend("answer")
@@ -974,6 +978,8 @@ class MAGS:
                 continue
             cost = b.count_tokens(f"{len(facts) + 1}. {line}\n")
             if used + cost > budget:
+                if contiguous:
+                    break  # the rest is older than what did not fit: keeping some of it would leave a gap
                 continue  # too long for what is left: a shorter item further down may fit
             facts.append(line)
             used_items.append(it)
@@ -994,22 +1000,36 @@ class MAGS:
         order = chronological_order([self._item_fields(it)[1] for it in items])
         return [facts[i] for i in order], tokens, [items[i] for i in order]
 
+    def _answer_window(self, b: Any) -> int:
+        """The answer model's context window in tokens: the loaded backend's own ``n_ctx`` where it has one
+        (llama.cpp: ``backend_kwargs`` or a backend passed in may differ from ``config.n_ctx``), else
+        ``config.n_ctx``, capped by the model's ``max_position_embeddings`` where the backend exposes it."""
+        n = getattr(b, "n_ctx", None)
+        if isinstance(n, (int, np.integer)) and not isinstance(n, bool) and n > 0:
+            return int(n)
+        limit = getattr(getattr(getattr(b, "model", None), "config", None), "max_position_embeddings", None)
+        if isinstance(limit, (int, np.integer)) and not isinstance(limit, bool) and limit > 0:
+            return min(self.config.n_ctx, int(limit))
+        return self.config.n_ctx
+
     def _full_context(self, question: str) -> tuple[list[str], int, list]:
         """The ``full_context`` memory: raw observations, newest kept, as many as fit the window.
 
-        The room is what ``n_ctx`` leaves after the prompt room, the question and the answer (never
-        less than ``memory_token_budget``); the kept observations are shown oldest first.
+        The room is what the answer model's window (:meth:`_answer_window`) leaves after the prompt room,
+        the question and the answer (never less than ``memory_token_budget``); the kept observations are an
+        unbroken run of the newest (packing stops at the first that does not fit), shown oldest first.
         """
         from .graph.model import RecallItem
 
         c = self.config
         b = self.backend("answer")
-        room = c.n_ctx - _PROMPT_ROOM - self.prompt_spec("answer").max_new_tokens - b.count_tokens(question)
+        room = (self._answer_window(b) - _PROMPT_ROOM - self.prompt_spec("answer").max_new_tokens
+                - b.count_tokens(question))
         eps = self.graph.episodes()
         items = [RecallItem(text=d["text"], triplet=None, score=0.0,
                             sources=() if d["source"] is None else (d["source"],), path=(d["id"],),
                             kind="episode", edges=(), node_id=d["id"]) for d in reversed(eps)]
-        facts, _, used = self.pack_facts(items, budget=max(room, c.memory_token_budget))
+        facts, _, used = self.pack_facts(items, budget=max(room, c.memory_token_budget), contiguous=True)
         facts, used = facts[::-1], used[::-1]
         return facts, (b.count_tokens(P.format_facts(facts)) if facts else 0), used
 
@@ -1064,13 +1084,13 @@ class MAGS:
 
                 hits = self.graph.search_episodes(question, k=k) if c.memory == "rag" else []
                 res = Recall(items=hits, trace=RecallTrace(queries=list(queries)))
-            t2 = _time.perf_counter()
             if c.memory == "full_context":
                 facts, mem_tokens, used_items = self._full_context(question)
             elif c.memory == "none":
                 facts, mem_tokens, used_items = [], 0, []
             else:
                 facts, mem_tokens, used_items = self.in_time_order(*self.pack_facts(res.items))
+            t2 = _time.perf_counter()  # the memory block is built: reading memory is the recall step's time
             gen, by_adapter = self._answer(question, facts)
         t3 = _time.perf_counter()
         self.n_asks += 1
