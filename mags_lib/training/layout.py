@@ -65,8 +65,21 @@ def read_run_meta(folder: str | Path) -> dict | None:
     return d if isinstance(d, dict) and d.get("format") == FORMAT and d.get("final_stage") in STAGES else None
 
 
+def _unfinished_stage(folder: Path, meta: dict) -> str | None:
+    """The first stage up to the run's ``final_stage`` whose folder holds no adapter (``None``: every one does).
+
+    A run interrupted while it trains a stage again (a new configuration moved the old stage to ``replaced/``) or
+    while a joint model's stages are copied into it keeps the ``meta.json`` of its earlier finish, which names a
+    final stage, but a stage before or at it is half-written: such a run is not finished."""
+    for stage in STAGES[: STAGES.index(meta["final_stage"]) + 1]:
+        if not (folder / stage / "adapter_config.json").is_file():
+            return stage
+    return None
+
+
 def list_runs(root: str | Path | None = None) -> dict[str, dict[str, str]]:
-    """``{role: {run_tag: final_stage}}`` of every finished run under ``models/``."""
+    """``{role: {run_tag: final_stage}}`` of every finished run under ``models/`` (its ``meta.json`` names a final
+    stage, and that stage and every one before it hold their adapters)."""
     out: dict[str, dict[str, str]] = {}
     base = models_root(root)
     for role in ("ask", "write", "answer"):
@@ -75,7 +88,7 @@ def list_runs(root: str | Path | None = None) -> dict[str, dict[str, str]]:
             continue
         for run in sorted(p for p in folder.iterdir() if p.is_dir()):
             meta = read_run_meta(run)
-            if meta is not None:
+            if meta is not None and _unfinished_stage(run, meta) is None:
                 out.setdefault(role, {})[run.name] = meta["final_stage"]
     return out
 
@@ -153,4 +166,9 @@ def find_trained_model(role: str, *, run_tag: str = "default", backend: str = "l
     if not (stage / "adapter_config.json").is_file():
         raise ModelNotFoundError(f"{folder}/meta.json names the final stage {meta['final_stage']!r} but "
                                  f"{stage} holds no adapter_config.json: re-run the training notebook")
+    half = _unfinished_stage(folder, meta)
+    if half is not None:
+        raise ModelNotFoundError(f"the {role} run {folder} is half-written: its meta.json names the final stage "
+                                 f"{meta['final_stage']!r} but {folder / half} holds no adapter (a run interrupted "
+                                 "while it trained that stage again): re-run the training notebook to finish it")
     return stage

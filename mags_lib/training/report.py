@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from ..repro import jsonl_lines
-from .layout import run_dir
+from .layout import STAGES, read_run_meta, run_dir
 
 __all__ = ["PRIMARY_METRIC", "evaluate_run", "example_table", "plot_curves", "read_log", "stage_comparison"]
 
@@ -77,6 +77,24 @@ def plot_curves(role: str, run_tag: str, *, models_root: str | Path | None = Non
     return fig
 
 
+def _adapter_stamp(adapter: Path) -> str:
+    """What a GGUF LoRA converted from ``adapter`` depends on: the stage's content hash and the sha256 of its
+    adapter files (config and weights). The content hash alone names the configuration, not the weights: a stage
+    trained again with the same configuration (another machine, a models folder copied from another clone, a
+    re-stamped hash) has other weights under the same hash."""
+    import hashlib
+
+    h = hashlib.sha256(json.loads((adapter / "meta.json").read_text())["content_hash"].encode())
+    for name in ("adapter_config.json", "adapter_model.safetensors", "adapter_model.bin"):
+        f = adapter / name
+        if f.is_file():
+            h.update(b"\0" + name.encode() + b"\0")
+            with open(f, "rb") as fh:
+                for block in iter(lambda: fh.read(1 << 20), b""):
+                    h.update(block)
+    return h.hexdigest()
+
+
 def _lora_gguf(adapter: Path, out: Path, note: Callable[[str], None]) -> Path | None:
     """The stage adapter as a GGUF LoRA (through the export module, when this checkout has it), so
     llama.cpp can run the trained stage with the role's grammar; ``None`` when it cannot."""
@@ -86,7 +104,7 @@ def _lora_gguf(adapter: Path, out: Path, note: Callable[[str], None]) -> Path | 
         return None
     target = out / "lora.gguf"
     stamp = out / "lora.source"
-    source = json.loads((adapter / "meta.json").read_text())["content_hash"]
+    source = _adapter_stamp(adapter)
     if target.is_file() and stamp.is_file() and stamp.read_text() == source:
         return target
     from peft import PeftModel
@@ -103,6 +121,44 @@ def _lora_gguf(adapter: Path, out: Path, note: Callable[[str], None]) -> Path | 
         return None
     stamp.write_text(source)
     return target
+
+
+def _set_aside(stage_out: Path, note: Callable[[str], None]) -> None:
+    """An earlier evaluation's predictions of a stage not evaluated now go to ``<out_dir>/replaced/`` (never
+    deleted), so that nothing read from ``out_dir`` later (:func:`example_table`, the variants' paired figures)
+    shows another model's outputs as this stage's."""
+    if not any(stage_out.glob("predictions_*.jsonl")):
+        return
+    import time
+
+    dest = stage_out.parent / "replaced" / f"{stage_out.name}-{time.strftime('%Y%m%d-%H%M%S')}"
+    i = 1
+    while dest.exists():
+        dest, i = dest.with_name(f"{stage_out.name}-{time.strftime('%Y%m%d-%H%M%S')}-{i}"), i + 1
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    stage_out.rename(dest)
+    note(f"{stage_out}: the predictions of an earlier evaluation were moved to {dest}")
+
+
+def _not_the_runs(folder: Path, stage: str) -> str | None:
+    """Why the adapter in ``folder/<stage>`` is not the run's own stage (``None`` when it is): the run has no
+    finished ``meta.json``, its ``final_stage`` comes before ``stage`` (a GRPO adapter left behind by an earlier
+    run of the tag, e.g. after the warm start was trained again with ``grpo_steps=0``), or a GRPO stage continues
+    another warm start than the one in ``sft/``."""
+    meta = read_run_meta(folder)
+    if meta is None:
+        return "the run has no finished meta.json"
+    if STAGES.index(stage) > STAGES.index(meta["final_stage"]):
+        return f"the run's final stage is {meta['final_stage']!r}"
+    if stage == "grpo":
+        try:
+            init = json.loads((folder / "grpo" / "meta.json").read_text()).get("init")
+            sft = json.loads((folder / "sft" / "meta.json").read_text()).get("content_hash")
+        except (OSError, ValueError):
+            return None  # no warm-start meta to compare with (a GRPO-only copy): nothing says otherwise
+        if init and sft and init != sft:
+            return f"it continues the warm start {init}, not {sft} in sft/"
+    return None
 
 
 def evaluate_run(role: str, run_tag: str, profile: str, out_dir: str | Path, *, n: int = 200, seed: int = 0,
@@ -123,7 +179,10 @@ def evaluate_run(role: str, run_tag: str, profile: str, out_dir: str | Path, *, 
     here, where one process decoded the held-out sets before). ``base_from``: an earlier
     evaluation of the untrained model (notebook 10's before row) whose predictions the ``base`` stage
     copies where their cache key matches (the same model file, prompt, decoding and rows) instead of
-    decoding them again.
+    decoding them again. A trained stage the run does not have (no finished adapter, a stage after the run's
+    ``final_stage``, a GRPO stage continuing another warm start) is not evaluated and has no rows: never an
+    adapter left behind by an earlier run of the tag; an earlier evaluation's predictions of it under
+    ``out_dir/<stage>/`` are moved to ``out_dir/replaced/``.
     """
     import pandas as pd
 
@@ -145,6 +204,12 @@ def evaluate_run(role: str, run_tag: str, profile: str, out_dir: str | Path, *, 
             adapter = folder / stage
             if not (adapter / "adapter_config.json").is_file() or not (adapter / "meta.json").is_file():
                 note(f"{role}/{stage}: no finished adapter at {adapter}, not evaluated")
+                _set_aside(Path(out_dir) / stage, note)
+                continue
+            why = _not_the_runs(folder, stage)
+            if why:
+                note(f"{role}/{stage}: {adapter} is not this run's {stage} stage ({why}), not evaluated")
+                _set_aside(Path(out_dir) / stage, note)
                 continue
             lora = _lora_gguf(adapter, Path(out_dir) / stage, note)
             if lora is not None:
@@ -173,10 +238,17 @@ def evaluate_run(role: str, run_tag: str, profile: str, out_dir: str | Path, *, 
 
 def stage_comparison(table, role: str, grpo_log: Sequence[dict] = ()) -> dict:
     """The primary held-out metric per stage (free decoding) and what GRPO's log says about it."""
+    from ..data import dataset_name
+
     source, col = PRIMARY_METRIC[role]
-    rows = table[(table["mode"] == "free") & table["set"].str.startswith(source + "_")]
+    # the role's own set of that source only (gen_answer, gen_answer_smoke, ...): not every set whose name starts
+    # with it (gen_answer_textworld, the TextWorld-register rows, is another set, not more rows of this one)
+    names = {dataset_name(source, role, p) for p in ("default", "smoke", "full")}
+    rows = table[(table["mode"] == "free") & table["set"].isin(names)]
     per_stage = {s: float(g[col].mean()) for s, g in rows.groupby("stage") if col in g and g[col].notna().any()}
     out: dict[str, Any] = {"metric": f"{source} {col}", "per_stage": per_stage}
+    if "n" in rows:
+        out["n"] = {s: int(g["n"].sum()) for s, g in rows.groupby("stage") if s in per_stage}
     if "sft" in per_stage and "grpo" in per_stage:
         out["grpo_minus_sft"] = per_stage["grpo"] - per_stage["sft"]
         out["grpo_beats_sft"] = per_stage["grpo"] > per_stage["sft"]
