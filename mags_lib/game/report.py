@@ -4,7 +4,8 @@ Intervals are **cluster bootstrap** intervals over scenarios: questions of one s
 memory, so the scenarios (not the questions) are resampled with replacement, ``n_boot`` times with
 one seeded generator, and the accuracy is pooled over the resampled scenarios' questions; the
 interval is the 2.5 / 97.5 percentiles. A paired difference (:func:`difference_table`) resamples the
-scenarios both systems ran.
+scenarios both systems ran. With fewer than two scenarios (or ``n_boot=0``) there is no interval: its
+bounds are NaN (missing), never the point estimate (a zero-width interval would claim certainty).
 """
 
 from __future__ import annotations
@@ -35,8 +36,13 @@ def bootstrap_ci(correct: np.ndarray, total: np.ndarray, *, n_boot: int = 1000, 
                  level: float = 0.95) -> tuple[float, float, float]:
     """Pooled accuracy and its cluster-bootstrap interval from per-cluster counts.
 
+    One cluster (or ``n_boot < 1``) gives the accuracy with a missing (NaN) interval: the spread
+    between clusters cannot be estimated from one.
+
     >>> bootstrap_ci(np.array([1, 1]), np.array([1, 1]))
     (1.0, 1.0, 1.0)
+    >>> bootstrap_ci(np.array([2]), np.array([5]))
+    (0.4, nan, nan)
     """
     c = np.asarray(correct, dtype=float)
     n = np.asarray(total, dtype=float)
@@ -44,7 +50,7 @@ def bootstrap_ci(correct: np.ndarray, total: np.ndarray, *, n_boot: int = 1000, 
         return (float("nan"),) * 3
     acc = float(c.sum() / n.sum())
     if len(n) < 2 or n_boot < 1:
-        return acc, acc, acc
+        return acc, float("nan"), float("nan")
     idx = np.random.default_rng(seed).integers(0, len(n), size=(n_boot, len(n)))
     den = n[idx].sum(1)
     boot = np.where(den > 0, c[idx].sum(1) / np.maximum(den, 1), np.nan)
@@ -93,7 +99,7 @@ def difference_table(asks, a: str, b: str, *, n_boot: int = 1000, seed: int = 0)
         ca, na = pa.loc[idx, "sum"].to_numpy(float), pa.loc[idx, "count"].to_numpy(float)
         cb, nb = pb.loc[idx, "sum"].to_numpy(float), pb.loc[idx, "count"].to_numpy(float)
         d = ca.sum() / na.sum() - cb.sum() / nb.sum()
-        lo = hi = d
+        lo = hi = float("nan")  # one common scenario (or no resampling): no interval
         if len(idx) > 1 and n_boot > 0:
             r = np.random.default_rng(seed).integers(0, len(idx), size=(n_boot, len(idx)))
             boot = ca[r].sum(1) / na[r].sum(1) - cb[r].sum(1) / nb[r].sum(1)
@@ -124,10 +130,18 @@ def by_distance(asks, *, bins: Sequence[int] = (0, 4, 8, 16, 32, 10_000), n_boot
 
 
 def growth_table(turns):
-    """Mean graph size per event index and system (graph systems), and memory tokens per question."""
+    """Mean graph size per event index and system (graph systems), and memory tokens per question.
+
+    ``n_scenarios``: how many scenarios reach that event index. Scenarios differ in length, so the
+    means of late events pool only the longer scenarios (a drop of the curve there can be a short
+    scenario ending, not a memory shrinking)."""
     cols = [c for c in ("n_nodes", "n_entities", "n_episodes", "n_facts", "n_invalidated", "memory_tokens")
             if c in turns.columns]
-    return turns.groupby(["system", "event"])[cols].mean().reset_index()
+    g = turns.groupby(["system", "event"])
+    out = g[cols].mean()
+    if "scenario" in turns.columns:
+        out["n_scenarios"] = g["scenario"].nunique()
+    return out.reset_index()
 
 
 def latency_table(turns):
@@ -219,9 +233,21 @@ def plot_growth(growth, column: str, *, ax=None, title: str | None = None):
     return ax
 
 
+def _or_none(x):
+    """A float, or None (JSON null: missing) for NaN."""
+    x = float(x)
+    return None if np.isnan(x) else x
+
+
 def summary_metrics(results, *, n_boot: int = 1000, seed: int = 0) -> dict:
-    """The ``metrics.json`` of a game run: accuracy per system and kind (with intervals), operation
-    quality rates per system, turn latency, skipped systems and errors.
+    """The ``metrics.json`` of a game run: accuracy per system and kind (with intervals, the number
+    of questions and of scenarios they pool), operation quality rates per system, turn latency (with
+    its number of turns), skipped systems and errors.
+
+    A system that crashed on a scenario has no answers there: its accuracy pools fewer scenarios than
+    the run's (``n_scenarios`` of the entry against the top-level one), and ``failed_scenarios`` names
+    them per system, so that its mean is not read as one over the same scenarios as the others'.
+    An interval that cannot be computed (one scenario) is None (null), never the point estimate.
 
     A run under a shared generation memo (``evaluate_systems(share_generations=True)``) reports no
     latency: a remembered call takes 0 s, so its turn times are not the models'. ``generation_memo``
@@ -231,8 +257,14 @@ def summary_metrics(results, *, n_boot: int = 1000, seed: int = 0) -> dict:
                  "errors": [list(e) for e in results.errors],
                  "n_scenarios": int(results.asks.scenario.nunique()) if len(results.asks) else 0}
     for r in acc.itertuples():
-        out["accuracy"].setdefault(r.system, {})[r.kind] = {"accuracy": r.accuracy, "lo": r.lo, "hi": r.hi,
-                                                             "n_asks": int(r.n_asks)}
+        out["accuracy"].setdefault(r.system, {})[r.kind] = {"accuracy": _or_none(r.accuracy), "lo": _or_none(r.lo),
+                                                             "hi": _or_none(r.hi),
+                                                             "n_asks": int(r.n_asks),
+                                                             "n_scenarios": int(r.n_scenarios)}
+    failed: dict = {}
+    for system, scenario, _ in results.errors:
+        failed.setdefault(system, []).append(scenario)
+    out["failed_scenarios"] = failed
     q = quality_table(results.quality)
     for r in q.to_dict("records"):
         out["quality"][r["system"]] = {k: v for k, v in r.items() if k.endswith("_rate")}
@@ -243,5 +275,5 @@ def summary_metrics(results, *, n_boot: int = 1000, seed: int = 0) -> dict:
                                "model calls were answered from the shared generation memo in 0 s")
     elif len(results.turns):
         for r in latency_table(results.turns).itertuples():
-            out["latency"].setdefault(r.system, {})[r.type] = {"p50_s": r.p50_s, "p95_s": r.p95_s}
+            out["latency"].setdefault(r.system, {})[r.type] = {"p50_s": r.p50_s, "p95_s": r.p95_s, "n": int(r.n)}
     return out

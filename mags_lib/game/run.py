@@ -11,7 +11,10 @@ skipped with the reason, never dropped.
 **Runner.** :func:`run_scenario` feeds a scenario's events through a fresh ``MAGS``: ``say`` ->
 ``observe(text, source=, time=, speaker=)``, ``ask`` -> ``ask(text, time=)``, and records one row
 per question (kind, correct, response, facts, memory tokens, latency, ``n_changes``, ``distance``)
-and one row per turn (latency, graph size). Until ``observe`` takes ``speaker=``, a speaker is
+and one row per turn (latency, graph size). A latency (``seconds``) is the turn's time without model
+loading: every scenario starts a fresh agent whose models load on first use, inside its first say /
+ask, which would otherwise put one model load per scenario into the latency tables (the loading time
+is ``load_seconds`` of the scenario's result). Until ``observe`` takes ``speaker=``, a speaker is
 written in front of the text (``"Lena: I live in Porto."``, the datasets' persona form).
 
 **Parallel.** :func:`evaluate_systems` runs every (system, scenario) pair through
@@ -243,7 +246,8 @@ def run_scenario(system: Mapping | str, scenario: Scenario, *, base: Mapping | N
     -------
     dict
         ``system``, ``scenario``, ``asks`` (one dict per question), ``turns`` (one per event),
-        ``quality`` (dict or None), ``seconds``.
+        ``quality`` (dict or None), ``seconds`` (wall time, all of it), ``load_seconds`` (model loading
+        during the turns, left out of every turn's ``seconds``).
     """
     from tqdm.auto import tqdm
 
@@ -259,10 +263,22 @@ def run_scenario(system: Mapping | str, scenario: Scenario, *, base: Mapping | N
     takes_speaker = "speaker" in inspect.signature(m.observe).parameters
     family = scenario.meta.get("family", "file")
     asks, turns = [], []
+    loading = [0.0]  # seconds spent in MAGS.backend (loads a role's model on first use), left out of latencies
+    backend = m.backend
+
+    def timed_backend(role):
+        t = time.perf_counter()
+        try:
+            return backend(role)
+        finally:
+            loading[0] += time.perf_counter() - t
+
+    m.backend = timed_backend
     try:
         for i, ev in enumerate(tqdm(scenario.events, desc=f"{name}/{scenario.name}", disable=not progress,
                                     leave=False)):
             t0 = time.perf_counter()
+            load0 = loading[0]
             if ev.type == "say":
                 text, kw = ev.text, {"source": ev.source or f"{scenario.name}:{i}", "time": ev.time}
                 if ev.speaker:
@@ -279,10 +295,11 @@ def run_scenario(system: Mapping | str, scenario: Scenario, *, base: Mapping | N
                              "kind": ev.kind, "question": ev.text, "answer": list(ev.answer),
                              "response": ans.answer, "correct": bool(is_correct(ans.answer, ev.answer, ev.kind)),
                              "facts": list(ans.facts), "n_facts": len(ans.facts), "memory_tokens": mem_tokens,
-                             "seconds": time.perf_counter() - t0, "n_changes": ev.n_changes,
+                             "seconds": time.perf_counter() - t0 - (loading[0] - load0), "n_changes": ev.n_changes,
                              "distance": ev.distance})
             turns.append({"system": name, "scenario": scenario.name, "event": i, "type": ev.type,
-                          "seconds": time.perf_counter() - t0, "memory_tokens": mem_tokens, **_graph_stats(m)})
+                          "seconds": time.perf_counter() - t0 - (loading[0] - load0), "memory_tokens": mem_tokens,
+                          **_graph_stats(m)})
         q = None
         memory = getattr(cfg, "memory", "graph")
         if quality and scenario.gold and memory == "graph" and getattr(m, "graph", None) is not None:
@@ -295,8 +312,9 @@ def run_scenario(system: Mapping | str, scenario: Scenario, *, base: Mapping | N
     except BaseException:
         m.close()
         raise
+    del m.backend  # the agent's own method again
     out = {"system": name, "scenario": scenario.name, "asks": asks, "turns": turns, "quality": q,
-           "seconds": time.perf_counter() - t_start}
+           "seconds": time.perf_counter() - t_start, "load_seconds": loading[0]}
     if return_agent:
         out["agent"] = m
     else:
@@ -399,6 +417,12 @@ def evaluate_systems(systems: str | Iterable[str] | Mapping[str, Mapping], scena
 
     specs = resolve_systems(systems)
     scenarios = list(scenarios)
+    names = [s.name for s in scenarios]
+    dup = sorted({n for n in names if names.count(n) > 1})
+    if dup:  # results are matched, clustered, paired and saved by scenario name: two would silently merge
+        raise ValueError(f"scenarios need distinct names (results are matched, bootstrapped and saved by system "
+                         f"and scenario name); rename the duplicates {dup} (e.g. scenarios generated with "
+                         "different seeds share the names <family>_<index>)")
     base = dict(base or {})
     skipped = {}
     for name, spec in specs.items():
@@ -415,9 +439,6 @@ def evaluate_systems(systems: str | Iterable[str] | Mapping[str, Mapping], scena
         return None if save_memories is None else str(Path(save_memories) / _safe(n) / _safe(s.name))
 
     if tasks and share_generations:
-        if len({s.name for s in scenarios}) != len(scenarios):
-            raise ValueError("share_generations needs scenarios with distinct names (results are matched by "
-                             "system and scenario name); rename the duplicates")
         par = Parallel(n_jobs=n_jobs, backend=backend, return_as="generator")
         gen = par(delayed(_scenario_task)([(n, specs[n]) for n in runnable], s, base, quality,
                                           [where(n, s) for n in runnable]) for s in scenarios)
