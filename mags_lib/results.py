@@ -219,8 +219,8 @@ def _x30(d: Mapping, src: str) -> list:
                               n=row.get("n"), source=src))
     lat = d.get("latency") or {}
     for op in ("ask", "observe"):
-        if f"{op}_p50_s" in lat:
-            out.append(record(f"{op} p50", lat[f"{op}_p50_s"], "s", source=src))
+        if f"{op}_p50_s" in lat:  # n: the turns timed (bench_mags_latency's n_ask / n_observe), when recorded
+            out.append(record(f"{op} p50", lat[f"{op}_p50_s"], "s", n=lat.get(f"n_{op}"), source=src))
     return out
 
 
@@ -278,7 +278,8 @@ def _x50(d: Mapping, src: str) -> list:
                           interval=(a.get("lo"), a.get("hi")), source=src))
     if d.get("generation_memo") is None:  # a shared memo answers remembered calls in 0 s: no latency then
         for system, ops in (d.get("latency") or {}).items():
-            out.append(record(f"{system} ask p50", (ops.get("ask") or {}).get("p50_s"), "s", source=src))
+            ask = ops.get("ask") or {}  # n: the ask turns timed (game.summary_metrics records it)
+            out.append(record(f"{system} ask p50", ask.get("p50_s"), "s", n=ask.get("n"), source=src))
     return out
 
 
@@ -486,15 +487,19 @@ def collect(run_tag: str, results_root: Path | str | None = None, notebooks_dir:
                              f"finished (started {pr.get('started_at')}){stale}; run it again" if _runner_gone(pr)
                              else f"running now (started {pr.get('started_at')}){stale}")
         elif mpath.exists():
+            foreign = _foreign_reason(run / stage / "meta.json", run_tag, state.get("profile"))
             try:
                 doc = read_metrics(mpath)
             except (ValueError, KeyError, json.JSONDecodeError) as e:
                 row.update(status="failed", reason=f"unreadable metrics.json: {e}")
             else:
-                skip = _skip_reason(doc)
-                row.update(status="skipped" if skip and not doc["records"] else "done", reason=skip,
-                           n_records=len(doc["records"]))
-                rec_rows += [{"stage": stage, **r} for r in doc["records"]]
+                if foreign:  # e.g. the notebook run by hand with profile = "smoke" into this run's folder
+                    row["reason"] = f"{foreign}; its {len(doc['records'])} record(s) left out; run it again"
+                else:
+                    skip = _skip_reason(doc)
+                    row.update(status="skipped" if skip and not doc["records"] else "done", reason=skip,
+                               n_records=len(doc["records"]))
+                    rec_rows += [{"stage": stage, **r} for r in doc["records"]]
         elif stage in NO_METRICS and (pr.get("status") == "done" or (run / stage / "meta.json").exists()):
             row.update(status="no metrics", reason=NO_METRICS[stage])
         elif pr.get("status"):
@@ -504,6 +509,25 @@ def collect(run_tag: str, results_root: Path | str | None = None, notebooks_dir:
     status = pd.DataFrame(rows, columns=["stage", "status", "reason", "wall_time_s", "peak_mem_mb",
                                          "n_records", "command"])
     return records, status, run_info(run, state)
+
+
+def _foreign_reason(meta_path: Path, run_tag: str, profile: str | None) -> str | None:
+    """Why the stage's outputs are not this run's, from the parameters its ``meta.json`` records: another
+    profile (a notebook run by hand in JupyterLab with ``profile = "smoke"`` writes into
+    ``results/<run_tag>/`` like any run) or another run tag (a folder copied from another run). ``None``
+    when they agree or cannot be told (no meta.json, no parameters)."""
+    try:
+        params = json.loads(meta_path.read_text()).get("params") if meta_path.exists() else None
+    except (json.JSONDecodeError, OSError, AttributeError):
+        return None
+    if not isinstance(params, Mapping):
+        return None
+    if profile and params.get("profile") and str(params["profile"]) != str(profile):
+        return (f"its outputs are from a {params['profile']!r} run (meta.json), not this {profile!r} run "
+                f"{run_tag!r}")
+    if params.get("run_tag") and str(params["run_tag"]) != run_tag:
+        return f"its outputs are from run tag {params['run_tag']!r} (meta.json), not {run_tag!r}"
+    return None
 
 
 def _runner_gone(record: Mapping) -> bool:
@@ -552,7 +576,12 @@ def report_data(run_tag: str, results_root: Path | str | None = None,
     stages are the notebooks of ``notebooks_dir``, default ``<project>/notebooks``)."""
     records, status, info = collect(run_tag, results_root, notebooks_dir)
     clean = lambda df: json.loads(df.to_json(orient="records"))  # NaN -> null  # noqa: E731
-    return {"format": FORMAT, **info, "status": clean(status), "records": clean(records)}
+    recs = clean(records)
+    for r in recs:  # a column holding a null is float in pandas: 100 would reach the report as 100.0
+        if r["n"] is not None:
+            r["n"] = int(r["n"])
+        validate_record({k: r[k] for k in RECORD_KEYS}, f"{r['stage']} record")
+    return {"format": FORMAT, **info, "status": clean(status), "records": recs}
 
 
 def _fmt(x: Any) -> str:
