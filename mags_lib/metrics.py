@@ -271,7 +271,7 @@ ABSTAIN_PHRASES = protocol.ABSTAIN_PHRASES  # the game's list: one for every sco
 
 
 def answer_matches(response: str, aliases: Sequence[str]) -> bool:
-    """Whether an alias occurs in the response as a whole-word run (:func:`mags_lib.protocol.alias_in`:
+    """Whether an alias occurs in the response as a whole-word run (:func:`mags_lib.protocol.matching_alias`:
     after :func:`~mags_lib.protocol.normalize_answer`, numbers kept whole, the response's abstention
     phrases left out).
 
@@ -280,7 +280,7 @@ def answer_matches(response: str, aliases: Sequence[str]) -> bool:
     >>> answer_matches("category", ["cat"]), answer_matches("anything", []), answer_matches("1,380", ["380"])
     (False, False, False)
     """
-    return any(protocol.alias_in(response, a) for a in aliases)
+    return protocol.matching_alias(response, aliases) is not None
 
 
 def is_abstention(response: str) -> bool:

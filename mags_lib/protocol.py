@@ -49,7 +49,7 @@ from typing import Iterable, Mapping, Sequence
 __all__ = [
     "ROLES", "TAGS", "Op", "Parsed", "parse", "split_triplet", "escape_field", "serialize", "SCAN_WORK",
     "asks_to_text", "writes_to_text", "normalize_text", "normalize_answer", "normalize_triplet", "abstains",
-    "alias_in", "GRAMMARS", "grammar",
+    "alias_in", "matching_alias", "GRAMMARS", "grammar",
     "SYSTEM_PROMPTS", "TRAINED_SYSTEM_PROMPTS", "FEW_SHOT", "build_messages", "format_facts", "format_item",
     "ABSTAIN_ANSWER", "ABSTAIN_PHRASES",
 ]
@@ -409,7 +409,7 @@ def normalize_answer(s: str) -> str:
     return normalize_text(s).replace("\x00", ".").replace("\x01", ":")
 
 
-_ABSTAIN_RUNS: tuple[str, ...] = ()  # ABSTAIN_PHRASES normalised, longest first (set below, after the list)
+_ABSTAIN_RUNS = tuple(dict.fromkeys(normalize_answer(p) for p in ABSTAIN_PHRASES))  # ABSTAIN_PHRASES normalised
 
 
 def abstains(response: str) -> bool:
@@ -429,11 +429,33 @@ def _runs(words: list[str], phrase: list[str]) -> list[tuple[int, int]]:
     return [(i, i + n) for i in range(len(words) - n + 1) if n and words[i:i + n] == phrase]
 
 
+def matching_alias(response: str, aliases: Sequence[str]) -> str | None:
+    """The first of ``aliases`` that occurs in ``response`` as a whole-word run (the game's rule, DESIGN.md),
+    after :func:`normalize_answer`, other than inside an abstention phrase; None when none does. The
+    "nothing" of "I know nothing about it" does not answer "What are you carrying?", nor the "memory" of
+    "not in my memory"; an alias that holds more than the phrase ("unknown soldier") still counts. The
+    response is normalised, and its abstention phrases found, once for all the aliases.
+
+    >>> matching_alias("They eat the frozen lemons.", ["lemon", "frozen lemons"])
+    'frozen lemons'
+    >>> matching_alias("I know nothing about it.", ["nothing"]), matching_alias("Nothing.", ["nothing"])
+    (None, 'nothing')
+    """
+    words = normalize_answer(response).split()
+    inside: list[tuple[int, int]] | None = None  # abstention spans, found on the first alias that occurs
+    for alias in aliases:
+        found = _runs(words, normalize_answer(alias).split())
+        if not found:
+            continue
+        if inside is None:
+            inside = [span for p in _ABSTAIN_RUNS for span in _runs(words, p.split())]
+        if any(not any(s <= i and j <= e for s, e in inside) for i, j in found):
+            return alias
+    return None
+
+
 def alias_in(response: str, alias: str) -> bool:
-    """Whether ``alias`` occurs in ``response`` as a whole-word run (the game's rule, DESIGN.md), after
-    :func:`normalize_answer`, other than inside an abstention phrase: the "nothing" of "I know nothing
-    about it" does not answer "What are you carrying?", nor the "memory" of "not in my memory"; an alias
-    that holds more than the phrase ("unknown soldier") still counts.
+    """Whether ``alias`` answers ``response`` by :func:`matching_alias`'s rule.
 
     >>> alias_in("They eat the frozen lemons.", "frozen lemons"), alias_in("category", "cat")
     (True, False)
@@ -444,13 +466,7 @@ def alias_in(response: str, alias: str) -> bool:
     >>> alias_in("The unknown soldier.", "unknown soldier")
     True
     """
-    a = normalize_answer(alias).split()
-    words = normalize_answer(response).split()
-    found = _runs(words, a)
-    if not found:
-        return False
-    inside = [span for p in _ABSTAIN_RUNS for span in _runs(words, p.split())]
-    return any(not any(s <= i and j <= e for s, e in inside) for i, j in found)
+    return matching_alias(response, [alias]) is not None
 
 
 def normalize_triplet(t: Sequence[str]) -> tuple[str, str, str]:
@@ -702,5 +718,3 @@ def build_messages(role: str, text: str, *, few_shot: int = 0, facts: Sequence |
     msgs.append({"role": "user", "content": content})
     return msgs
 
-
-_ABSTAIN_RUNS = tuple(sorted({normalize_answer(p) for p in ABSTAIN_PHRASES}, key=lambda p: (-len(p), p)))

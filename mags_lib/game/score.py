@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ..protocol import ABSTAIN_PHRASES, alias_in, normalize_answer
+from ..protocol import ABSTAIN_PHRASES, matching_alias, normalize_answer
 from ..protocol import abstains as _abstains
 
 __all__ = ["ABSTAIN_PHRASES", "abstains", "contains_run", "is_correct", "matched_alias", "normalize"]
@@ -64,15 +64,12 @@ def abstains(response: str) -> bool:
 def matched_alias(response: str, aliases: Sequence[str]) -> str | None:
     """The first alias found in the response as a whole-word run, or None. The response's abstention
     phrases are no part of it: "I know nothing about it" does not say "nothing"
-    (:func:`~mags_lib.protocol.alias_in`).
+    (:func:`~mags_lib.protocol.matching_alias`).
 
     >>> matched_alias("Nothing.", ["nothing"]), matched_alias("I know nothing about it.", ["nothing"])
     ('nothing', None)
     """
-    for a in aliases:
-        if alias_in(response, a):
-            return a
-    return None
+    return matching_alias(response, aliases)
 
 
 def is_correct(response: str, aliases: Sequence[str], kind: str | None = None) -> bool:
