@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-# the words mags_lib.pipeline.parse_value accepts for a bool parameter (kept equal by a test)
+# the words of a bool parameter, here and in mags_lib.pipeline.parse_value (which imports them)
 TRUE_WORDS = frozenset({"true", "1", "yes", "y", "on"})
 FALSE_WORDS = frozenset({"false", "0", "no", "n", "off"})
 

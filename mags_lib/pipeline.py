@@ -346,8 +346,8 @@ def _help_choices(help_text: str) -> list[str] | None:
     return [_CHOICE_NOTE.sub("", c).strip() for c in text.split("|")]
 
 
-_TRUE = {"true", "1", "yes", "y", "on"}
-_FALSE = {"false", "0", "no", "n", "off"}
+from .nbparams import FALSE_WORDS as _FALSE  # one list of words: the notebooks' as_bool reads the same
+from .nbparams import TRUE_WORDS as _TRUE
 
 
 def parse_value(raw: Any, type_name: str) -> Any:
