@@ -79,20 +79,14 @@ def plot_curves(role: str, run_tag: str, *, models_root: str | Path | None = Non
 
 def _adapter_stamp(adapter: Path) -> str:
     """What a GGUF LoRA converted from ``adapter`` depends on: the stage's content hash and the sha256 of its
-    adapter files (config and weights). The content hash alone names the configuration, not the weights: a stage
-    trained again with the same configuration (another machine, a models folder copied from another clone, a
-    re-stamped hash) has other weights under the same hash."""
-    import hashlib
+    adapter files (config and weights, :func:`mags_lib.export.layout._adapter_sha256`). The content hash alone
+    names the configuration, not the weights: a stage trained again with the same configuration (another
+    machine, a models folder copied from another clone, a re-stamped hash) has other weights under the same
+    hash."""
+    from ..export.layout import _adapter_sha256
 
-    h = hashlib.sha256(json.loads((adapter / "meta.json").read_text())["content_hash"].encode())
-    for name in ("adapter_config.json", "adapter_model.safetensors", "adapter_model.bin"):
-        f = adapter / name
-        if f.is_file():
-            h.update(b"\0" + name.encode() + b"\0")
-            with open(f, "rb") as fh:
-                for block in iter(lambda: fh.read(1 << 20), b""):
-                    h.update(block)
-    return h.hexdigest()
+    content = json.loads((adapter / "meta.json").read_text())["content_hash"]
+    return f"{content}:{_adapter_sha256(adapter)}"
 
 
 def _lora_gguf(adapter: Path, out: Path, note: Callable[[str], None]) -> Path | None:
