@@ -190,6 +190,15 @@ def simulate(config=None, *, n_turns: int = 600, maintain_every: int | None = No
 _HUB_SUBJECTS = 20  # the hub case of :func:`run`: fewer subjects, more facts each
 
 
+def _check_turns(n_turns: int) -> None:
+    """ValueError unless ``n_turns`` fits the hub case (:data:`_HUB_SUBJECTS` subjects of at most one fact per
+    relation each): checked before the first simulation."""
+    hub_max = _HUB_SUBJECTS * len(RELATIONS)
+    if not 1 <= n_turns <= hub_max:
+        raise ValueError(f"n_turns must be in [1, {hub_max}], got {n_turns}: the hub case has {_HUB_SUBJECTS} subjects "
+                         f"of at most {len(RELATIONS)} distinct facts each")
+
+
 def run(*, n_turns: int = 600, out_dir: str | Path = "results/bench", seeds: Sequence[int] = (0, 1),
         horizons: Sequence[int] = (600, 1200, 2400), decay_rates: Sequence[float] = (0.005, 0.01, 0.02, 0.03, 0.05),
         progress: bool = True) -> dict:
@@ -206,10 +215,7 @@ def run(*, n_turns: int = 600, out_dir: str | Path = "results/bench", seeds: Seq
     from .. import repro
     from ..graph import GraphConfig
 
-    hub_max = _HUB_SUBJECTS * len(RELATIONS)
-    if not 1 <= n_turns <= hub_max:
-        raise ValueError(f"n_turns must be in [1, {hub_max}], got {n_turns}: the hub case has {_HUB_SUBJECTS} subjects "
-                         f"of at most {len(RELATIONS)} distinct facts each")
+    _check_turns(n_turns)
     if not len(seeds):
         raise ValueError("seeds is empty: give at least one seed")
     if not len(horizons) or min(horizons) < 1 or not len(decay_rates) or min(decay_rates) < 0:
@@ -281,10 +287,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         p.error(f"--seeds takes comma-separated integers, got {a.seeds!r}")
     if not seeds:
         p.error("--seeds needs at least one seed")
-    hub_max = _HUB_SUBJECTS * len(RELATIONS)
-    if not a.quick and not 1 <= a.turns <= hub_max:
-        p.error(f"--turns must be in [1, {hub_max}] (got {a.turns}): the hub case has {_HUB_SUBJECTS} subjects of at "
-                f"most {len(RELATIONS)} distinct facts each")
+    if not a.quick:
+        try:
+            _check_turns(a.turns)
+        except ValueError as e:
+            p.error(f"--turns: {e}")
     if a.quick:
         run(n_turns=200, out_dir=a.out, seeds=[0], horizons=(200, 400), decay_rates=(0.01, 0.05))
     else:
