@@ -36,7 +36,8 @@ covers:
   file under ``mags_lib/`` that is not Python source (see :func:`library_digest`);
 * the files it declares as inputs (notebook metadata ``{"mags": {"inputs": ["data/raw/*.json",
   "{seed_path}"]}}``: glob patterns relative to the project root, a folder meaning every file
-  under it, ``{name}`` replaced by the value of parameter ``name``, its default when not given);
+  under it, ``{name}`` replaced by the value of parameter ``name``, its default when not given, and
+  ``{a|b}`` by the first of parameters ``a``, ``b`` that is not empty: ``{trained_tag|run_tag}``);
 * the input hashes of the notebooks it needs (notebook metadata ``{"mags": {"needs":
   ["20_train_ask_write"]}}``: earlier notebooks whose outputs it reads, every run of a matrix
   notebook included; a notebook that declares no ``needs`` needs every earlier notebook), so a
@@ -511,7 +512,7 @@ def validate_parameters(
 LIBRARY_DIR = Path(__file__).resolve().parent
 """The library whose source is part of the input hashes (``mags_lib/``)."""
 
-_FIELD_RE = re.compile(r"\{(\w+)\}")
+_FIELD_RE = re.compile(r"\{(\w+(?:\|\w+)*)\}")  # {name}, or {a|b}: the first of a, b that is not empty
 
 
 def _nb_metadata(nb: NotebookInfo) -> dict:
@@ -618,7 +619,9 @@ def declared_inputs(nb: NotebookInfo, parameters: Mapping[str, Any],
                     specs: Mapping[str, dict] | None = None) -> list[str]:
     """The notebook's declared input patterns with ``{name}`` replaced by parameter values.
 
-    A parameter not in ``parameters`` takes the default of the notebook's parameters cell.
+    A parameter not in ``parameters`` takes the default of the notebook's parameters cell. ``{a|b}`` is the
+    first of ``a``, ``b`` whose value is not empty (a notebook's ``trained_tag: str = ""  # empty: run_tag``
+    reads ``{trained_tag|run_tag}``).
 
     Raises
     ------
@@ -640,11 +643,11 @@ def declared_inputs(nb: NotebookInfo, parameters: Mapping[str, Any],
     values.update({k: str(v) for k, v in parameters.items()})
     out = []
     for pattern in map(str, patterns):
-        unknown = [f for f in _FIELD_RE.findall(pattern) if f not in values]
+        unknown = [n for f in _FIELD_RE.findall(pattern) for n in f.split("|") if n not in values]
         if unknown:
             raise PipelineError(f"{nb.path.name}: input pattern {pattern!r} names {{{unknown[0]}}}, "
                                 "which is not a parameter of the notebook")
-        out.append(_FIELD_RE.sub(lambda m: values[m[1]], pattern))
+        out.append(_FIELD_RE.sub(lambda m: next((values[n] for n in m[1].split("|") if values[n]), ""), pattern))
     return out
 
 

@@ -163,3 +163,68 @@ def test_notebook_json_is_clean(path):
         assert c.get("id"), "every cell keeps an id"
         if c["cell_type"] == "code":
             assert c.get("outputs") == [] and c.get("execution_count") is None, (path.name, c.get("id"))
+
+
+# --- 5. the resume hash covers the models and files a notebook reads from outside its run -----------------------
+
+_TAG_PARAMS = {"25_training_objectives": "warm_start_tag", "30_export_gguf": "trained_tag",
+               "50_game_evaluation": "trained_tag", "55_textworld": "trained_tag", "60_ablations": "trained_tag"}
+
+
+@pytest.mark.parametrize("name", sorted(_TAG_PARAMS))
+def test_models_read_from_another_run_are_inputs_of_the_hash(name, tmp_path):
+    """A notebook pointed at another run's models (``-p trained_tag=other``) was keyed on nothing of them (notebook
+    30's inputs named ``{run_tag}``; 25, 50, 55 and 60 declared none, relying on ``needs``, which covers this run's
+    models only): retraining the other run left the finished notebook skipped with the old models' figures."""
+    path = ROOT / "notebooks" / f"{name}.ipynb"
+    info = pipeline.NotebookInfo(path=path, nn=name[:2], name=name)
+    param = _TAG_PARAMS[name]
+    assert param in pipeline.inspect_parameters(path), f"{name}: no {param} parameter"
+    meta = tmp_path / "models" / "write" / "other" / "meta.json"
+    meta.parent.mkdir(parents=True)
+    meta.write_text("{}")
+
+    def h(**p):
+        return pipeline.input_hash(info, {"profile": "smoke", "run_tag": "run", "seed": 0, **p}, root=tmp_path,
+                                   library="lib", environment="env")
+
+    before, own = h(**{param: "other"}), h()
+    meta.write_text('{"retrained": true}')
+    assert h(**{param: "other"}) != before, f"{name}: the other run's models are not in its hash"
+    assert h() == own  # the run's own models (covered by its needs) are another folder
+
+
+def test_notebook_50_hashes_the_scenario_files_it_plays(tmp_path):
+    """The example scenarios of ``../shared/scenarios`` (played outside the smoke profile) were no input: an edited
+    scenario file left notebook 50 skipped with the old scenario's scores."""
+    from mags_lib.game.scenario import DEFAULT_SCENARIO_DIR
+
+    path = ROOT / "notebooks" / "50_game_evaluation.ipynb"
+    info = pipeline.NotebookInfo(path=path, nn="50", name=path.stem)
+    root = tmp_path / "project"
+    root.mkdir()
+    scen = (root / DEFAULT_SCENARIO_DIR).resolve()
+    scen.mkdir(parents=True)
+    (scen / "persona.json").write_text("{}")
+
+    def h():
+        return pipeline.input_hash(info, {"profile": "default", "run_tag": "run", "seed": 0}, root=root,
+                                   library="lib", environment="env")
+
+    before = h()
+    (scen / "persona.json").write_text('{"edited": true}')
+    assert h() != before
+
+
+def test_notebook_55_plays_the_trained_models_of_its_own_run():
+    """``mags_trained`` / ``rag_trained`` got no run tag, so MAGSConfig's default (``default``) was played in every run
+    (``--run-tag try2`` trained try2's models, notebook 55 played default's, or skipped them as missing)."""
+    path = ROOT / "notebooks" / "55_textworld.ipynb"
+    assert "trained_tag" in pipeline.inspect_parameters(path)
+    src = _cell(path, "908dd634")
+    assigns = [n for n in ast.walk(ast.parse(src)) if isinstance(n, ast.Assign)
+               and any(isinstance(t, ast.Name) and t.id == "trained" for t in n.targets)]
+    assert assigns and all(isinstance(a.value, ast.Dict) for a in assigns), "trained must always be a dict"
+    first = assigns[0].value
+    keys = [ast.literal_eval(k) for k in first.keys]
+    assert keys == ["trained_tag"] and ast.unparse(first.values[0]) == "trained_tag or run_tag"

@@ -121,7 +121,7 @@ def test_uv_gets_the_sources_pip_is_configured_with():
     import sys
 
     setup = (ROOT / "scripts" / "setup_env.sh").read_text()
-    body = re.search(r"^uv_source_args\(\) \{.*?-c '\n(.*?)\n'\n\}", setup, re.M | re.S)
+    body = re.search(r"^uv_source_args\(\) \{.*?-c '\n(.*?)\n'\n\}", setup, re.MULTILINE | re.DOTALL)
     assert body, "uv_source_args's Python program not found in setup_env.sh"
     pip_config = ("global.cert='/etc/ssl/certs/ca-certificates.crt'\n"
                   "global.constraint='/etc/xdg/pip/constraints.txt'\n"

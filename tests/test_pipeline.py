@@ -592,6 +592,31 @@ def test_declared_inputs_name_parameters(tmp_path):
     assert not (tmp_path / "results").exists()  # refused before anything ran
 
 
+def test_an_input_pattern_falls_back_to_the_next_parameter(tmp_path):
+    """``{a|b}``: the first of the parameters that is not empty (``trained_tag: str = ""  # empty: run_tag``)."""
+    nbs = tmp_path / "nbs"
+    write_nb(nbs / "30_read.ipynb", 'trained_tag: str = ""  # run tag of the models read; empty: run_tag\n',
+             mags={"inputs": ["models/{trained_tag|run_tag}/meta.json"]})
+    info = pipeline.discover_notebooks(nbs)[0]
+    assert pipeline.declared_inputs(info, dict(BASE)) == ["models/t/meta.json"]  # BASE's run tag
+    assert pipeline.declared_inputs(info, {**BASE, "trained_tag": "other"}) == ["models/other/meta.json"]
+    for tag in ("t", "other"):
+        (tmp_path / "models" / tag).mkdir(parents=True)
+        (tmp_path / "models" / tag / "meta.json").write_text("1")
+
+    def h(**p):
+        return pipeline.input_hash(info, {**BASE, **p}, root=tmp_path, library="lib", environment="env")
+
+    h_own, h_other = h(), h(trained_tag="other")
+    (tmp_path / "models" / "other" / "meta.json").write_text("2")  # the other run's models retrained
+    assert h(trained_tag="other") != h_other and h() == h_own
+    nb = nbformat.read(info.path, as_version=4)
+    nb.metadata["mags"]["inputs"] = ["models/{trained_tag|run_tg}/meta.json"]
+    nbformat.write(nb, info.path)
+    with pytest.raises(PipelineError, match=r"names \{run_tg\}, which is not a parameter"):
+        pipeline.declared_inputs(info, dict(BASE))
+
+
 # --- progress: cells and the kernel's output reach the runner's log while the cell runs -------
 
 
