@@ -1156,10 +1156,16 @@ class MAGS:
         """Serve the answer model with a consolidation adapter folder (``None``: the model alone).
 
         :func:`mags_lib.consolidation.consolidate` calls it; :meth:`rollback` restores the adapter a
-        snapshot was taken with.
+        snapshot was taken with. Refused for ``memory="none"``: the no-memory baseline would answer from the
+        memory's facts written into the weights.
         """
         if adapter is not None:
             from .consolidation import check_adapter_fits
+
+            if self.config.memory == "none":
+                raise ValueError(f"memory='none' is the baseline without memory: it cannot answer through the "
+                                 f"consolidation adapter {adapter}, which holds a memory's facts in its weights; use "
+                                 "memory='graph' (or 'rag' / 'full_context') with it")
 
             adapter = Path(adapter)
             if not (adapter / "adapter_config.json").is_file():
@@ -1267,8 +1273,9 @@ class MAGS:
 
         ``embedder`` is a loaded embedder to reuse, or an embedder name (the config field, e.g.
         ``"hash"``). ``backends`` (``{role: Backend}``) reuses already loaded models. ``consolidated``:
-        ``"saved"`` serves the consolidation adapter the save names (a missing one raises, saying so),
-        ``None`` loads the memory without it, a folder serves that adapter instead. An interrupted save
+        ``"saved"`` serves the consolidation adapter the save names (a missing one raises, saying so; none with
+        ``memory="none"``, the baseline without memory), ``None`` loads the memory without it, a folder serves that
+        adapter instead. An interrupted save
         is completed or undone first. A corrupt, hand-edited or foreign ``mags.json`` raises
         :class:`MAGSFormatError` naming the file and the field (to change settings, pass overrides
         instead of editing the file).
@@ -1303,6 +1310,8 @@ class MAGS:
         m._turn = state["turn"]
         m.memory_tokens = list(state["memory_tokens"])
         adapter = state.get("consolidated") if consolidated == "saved" else consolidated
+        if consolidated == "saved" and cfg.memory == "none":
+            adapter = None  # a save loaded as the no-memory baseline: its memory, the adapter included, goes unused
         if adapter is not None:
             try:
                 m.set_consolidated(adapter)

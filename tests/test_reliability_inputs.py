@@ -327,6 +327,27 @@ def test_a_save_whose_consolidation_adapter_moved_says_how_to_load_it(tmp_path):
         MAGS.load(p, embedder=EMB, backends=m._role_backend)
 
 
+def test_the_no_memory_baseline_never_answers_through_a_consolidation_adapter(tmp_path):
+    """A consolidated save loaded as ``memory="none"`` served the adapter it names, so the no-memory baseline
+    answered from the memory's facts in the weights; ``set_consolidated`` on a "none" agent did the same."""
+    ad = tmp_path / "adapter"
+    ad.mkdir()
+    (ad / "adapter_config.json").write_text("{}")
+    m = scripted_agent(["<memory_write>blorps,eat,lemons</memory_write>"])
+    m.observe("Blorps eat lemons.")
+    m.set_consolidated(ad)
+    p = m.save(tmp_path / "m")
+    assert MAGS.load(p, embedder=EMB, backends=m._role_backend).consolidated == ad  # the saved memory's own mode
+    none = MAGS.load(p, embedder=EMB, backends=m._role_backend, memory="none")
+    assert none.consolidated is None and none.consolidated_adapter_name() is None
+    with pytest.raises(ValueError, match="memory='none' is the baseline without memory"):
+        none.set_consolidated(ad)
+    with pytest.raises(ValueError, match="memory='none' is the baseline without memory"):
+        MAGS.load(p, embedder=EMB, backends=m._role_backend, memory="none", consolidated=ad)
+    none.set_consolidated(None)  # serving the model alone is always allowed
+    assert none.consolidated is None
+
+
 def test_feedback_and_ask_check_their_arguments():
     import datetime as dt
 
