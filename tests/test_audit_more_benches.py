@@ -85,9 +85,12 @@ def test_bench_results_are_written_atomically(tmp_path, monkeypatch):
     from mags_lib.bench import compaction, consolidation
 
     compaction.run(horizons=(16,), out_dir=tmp_path, progress=False)
+    from mags_lib.bench import longevity
+
+    longevity.run(n_turns=12, horizons=(12,), decay_rates=(0.01,), seeds=[0], out_dir=tmp_path, progress=False)
     monkeypatch.setattr(consolidation, "trainer_speed", lambda **kw: {"trainers": {}})
     consolidation.main(["--out", str(tmp_path)])
-    want = ["limits.json", "compaction.json", "consolidation_trainers.json"]
+    want = ["limits.json", "compaction.json", "longevity.json", "consolidation_trainers.json"]
     from mags_lib.bench.locomo import load_locomo
 
     try:

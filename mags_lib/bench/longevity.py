@@ -269,7 +269,7 @@ def run(*, n_turns: int = 600, out_dir: str | Path = "results/bench", seeds: Seq
                        "git_sha": repro.git_sha(), "wall_time_s": round(time.perf_counter() - t0, 1)}}
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "longevity.json").write_text(json.dumps(result, indent=1))
+    repro.atomic_write_text(out / "longevity.json", json.dumps(result, indent=1))
     return result
 
 
