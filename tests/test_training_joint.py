@@ -39,6 +39,12 @@ def test_the_joint_budget_is_the_sum_and_disagreements_are_errors():
         joint_config({**configs, "write": dataclasses.replace(configs["write"], grpo=outcome)})
     s = scaled_config(configs["answer"], 0.1)
     assert (s.sft.max_steps, s.grpo.max_steps, s.sft.n_seed) == (60, 1, 32)
+    # a specialised run continuing another run's adapter had that training on top; the joint model (from the base
+    # model: train_stage never reads init_from) silently did not
+    for role in ("ask", "write"):
+        cont = dataclasses.replace(configs[role], sft=dataclasses.replace(configs[role].sft, init_from="earlier"))
+        with pytest.raises(ValueError, match=f"the {role} config continues run 'earlier'"):
+            joint_config({**configs, role: cont})
 
 
 def test_each_completion_is_scored_by_its_own_rows_role_and_columns():

@@ -101,6 +101,12 @@ def joint_config(configs: Mapping[str, TrainConfig]) -> TrainConfig:
             raise ValueError(f"the roles' configs disagree on {field!r}: one model has one")
     if len({configs[r].sft.batch_size for r in roles}) > 1:
         raise ValueError("the roles' warm starts disagree on batch_size: one budget in steps needs one batch size")
+    for r in roles:  # the joint warm start starts from the base model: a continued run's earlier training is budget
+        # the one model would not get (train_stage never reads init_from: it was ignored, the comparison unfair)
+        if configs[r].sft.init_from is not None:
+            raise ValueError(f"the {r} config continues run {configs[r].sft.init_from!r} (SFTConfig.init_from): one "
+                             "model for all roles starts from the base model, so the specialised side would have "
+                             "that run's training on top of the shared budget; compare configs without init_from")
     sft = dataclasses.replace(first.sft, max_steps=sum(configs[r].sft.max_steps for r in roles),
                               max_length=max(configs[r].sft.max_length for r in roles),
                               n_generated=sum(max(0, configs[r].sft.n_generated) for r in roles),
