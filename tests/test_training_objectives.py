@@ -185,15 +185,15 @@ def test_paired_with_compares_the_same_inputs_and_refuses_other_ones(tmp_path):
     w = "<memory_write>{}</memory_write>"
     golds = [w.format(f"s{i},r,o{i}") for i in range(40)]
 
-    def write(variant, outputs, scores, ids=None):
+    def write(variant, outputs, scores, ids=None, inputs="x", gold=golds):
         d = tmp_path / variant
         (d / "eval" / "grpo").mkdir(parents=True)
-        recs = [{"id": f"g{i}", "gold": g, "output": o} for i, (g, o) in enumerate(zip(golds, outputs))]
+        recs = [{"id": f"g{i}", "input": f"in{i}", "gold": g, "output": o} for i, (g, o) in enumerate(zip(gold, outputs))]
         (d / "eval" / "grpo" / "predictions_gen_write_free.jsonl").write_text(
             "\n".join([json.dumps({"cache_key": "k"})] + [json.dumps(r) for r in recs]) + "\n")
         ids = ids or [f"o{i}" for i in range(len(scores))]
         (d / "heldout_outcome.jsonl").write_text("\n".join(
-            [json.dumps({"cache_key": "k"})] + [json.dumps({"id": i, "input": "x", "output": "y", "score": s})
+            [json.dumps({"cache_key": "k"})] + [json.dumps({"id": i, "input": inputs, "output": "y", "score": s})
                                                 for i, s in zip(ids, scores)]) + "\n")
 
     write("imitation", golds, [1.0] * 20 + [0.0] * 20)
@@ -206,6 +206,10 @@ def test_paired_with_compares_the_same_inputs_and_refuses_other_ones(tmp_path):
     worse = paired_with(tmp_path, "worse", role="write")
     assert worse["op_f1_minus_imitation"] == pytest.approx(2 * 20 / 60 - 1) and worse["op_f1_diff_hi"] < 0
     assert "outcome_minus_imitation" not in paired_with(tmp_path, "other", role="write")  # other scenarios
+    # the ids are positions: files built from other scenarios (another seed or profile) carry the same ones
+    write("reseeded", golds, [1.0] * 40, inputs="another world's input",
+          gold=[w.format(f"t{i},r,o{i}") for i in range(40)])
+    assert paired_with(tmp_path, "reseeded", role="write") == {}
     from mags_lib.training.objectives import variant_table
 
     res = {v: {"scores": [], "ops": {}, "outcome": {"outcome": 0.5, "n": 40}} for v in ("imitation", "better")}

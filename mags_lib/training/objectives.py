@@ -315,13 +315,19 @@ def variant_table(results: dict, logs: dict, *, out_dir: str | Path | None = Non
     return table
 
 
+def _same_rows(a: Sequence[dict], b: Sequence[dict], fields: Sequence[str]) -> bool:
+    """Whether two record lists hold the same rows in the same order: ids alone are positions (``o0``, ``o1``, ...
+    whatever scenarios a file was built from), so the inputs (and golds) must agree too."""
+    return [[r.get(f) for f in fields] for r in a] == [[r.get(f) for f in fields] for r in b]
+
+
 def paired_with(out_dir: str | Path, name: str, ref: str = "imitation", *, role: str | None = None,
                 n_boot: int = 2000, seed: int = 0) -> dict:
     """Variant ``name`` minus variant ``ref`` on the same held-out inputs, with 95 % paired bootstrap
     intervals: op F1 on the generated test split (free decoding; :func:`mags_lib.metrics.op_f1_difference`)
     and the held-out outcome per mini-scenario (:func:`mags_lib.metrics.mean_difference`). Read from the
     files :func:`evaluate_variant` wrote under ``out_dir/<variant>/``; a figure whose files are missing or
-    hold other inputs is left out."""
+    hold other inputs (ids, inputs and golds compared row by row) is left out."""
     from .. import metrics
 
     out: dict = {}
@@ -329,7 +335,7 @@ def paired_with(out_dir: str | Path, name: str, ref: str = "imitation", *, role:
     a, b = (root / v / "heldout_outcome.jsonl" for v in (name, ref))
     if a.is_file() and b.is_file():
         ra, rb = _outcome_records(a), _outcome_records(b)
-        if ra and [r["id"] for r in ra] == [r["id"] for r in rb]:
+        if ra and _same_rows(ra, rb, ("id", "input")):
             d = metrics.mean_difference([r["score"] for r in ra], [r["score"] for r in rb], n_boot=n_boot, seed=seed)
             out.update(outcome_minus_imitation=d["difference"], outcome_diff_lo=d["interval"][0],
                        outcome_diff_hi=d["interval"][1])
@@ -337,7 +343,7 @@ def paired_with(out_dir: str | Path, name: str, ref: str = "imitation", *, role:
     pb = sorted((root / ref / "eval" / "grpo").glob("predictions_gen_*_free.jsonl"))
     if pa and pb and pa[0].name == pb[0].name:
         ea, eb = _prediction_records(pa[0]), _prediction_records(pb[0])
-        if ea and [r["id"] for r in ea] == [r["id"] for r in eb]:
+        if ea and _same_rows(ea, eb, ("id", "input", "gold")):
             r_ = role or ("write" if "_write_" in pa[0].name else "ask")
             golds = [r["gold"] for r in ea]
             sa = metrics.evaluate_predictions([r["output"] for r in ea], golds, r_).per_example
