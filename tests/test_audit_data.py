@@ -149,3 +149,26 @@ def test_negative_seed_is_refused_by_the_config_not_by_numpy():
 def test_numpy_integers_stay_accepted_and_give_the_same_worlds():
     assert generate_world("w0", seed=np.int64(3)).facts == generate_world("w0", seed=3).facts
     assert GenerationConfig(n_train=np.int64(5)).n_train == 5
+
+
+def test_a_multihop_question_has_one_chain_when_its_first_hop_is_symmetric():
+    """"Where does the sibling of Ana live?" over "Ana has sibling Bo", "Bo lives in Pell Ridge": a distractor
+    "Cob has sibling Ana" (Cob is Ana's sibling too, read backwards) beside "Cob lives in Quejav Hollow" made a
+    second chain with another answer (1 of the default profile's 570 multihop rows before generator 1.4.1)."""
+    w = World("wchain", 0)
+    w.entities = [Entity(n, "person", n, "f") for n in ("Ana", "Bo", "Cob")] + [
+        Entity("Pell Ridge", "place", "Pell"), Entity("Quejav Hollow", "place", "Quejav")]
+    w.facts = [Fact("Ana", "sibling", "has sibling", "Bo"), Fact("Bo", "home", "lives in", "Pell Ridge"),
+               Fact("Cob", "sibling", "has sibling", "Ana"), Fact("Cob", "home", "lives in", "Quejav Hollow")]
+    seen = 0
+    for s in range(300):
+        try:
+            row = render_answer(w, "multihop", np.random.default_rng(s))
+        except LookupError:
+            continue
+        if "sibling of Ana" not in row["input"]:
+            continue
+        seen += 1
+        texts = [it["text"] for it in row["memory"]]
+        assert not any("Cob" in t and "Ana" in t for t in texts), (row["input"], row["response"], texts)
+    assert seen > 5

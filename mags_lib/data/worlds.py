@@ -40,8 +40,9 @@ __all__ = [
     "generate_worlds",
 ]
 
-GENERATOR_VERSION = "1.4.0"  # 1.3.0: answer memory blocks list dated items oldest first
+GENERATOR_VERSION = "1.4.1"  # 1.3.0: answer memory blocks list dated items oldest first
 # 1.4.0: no input repeats across splits (noise); a symmetric fact read backwards is no answer distractor
+# 1.4.1: nor a second first hop of a multihop question (it made a second chain, with another answer)
 
 _ONSETS = ("b", "bl", "br", "d", "dr", "f", "fl", "g", "gl", "gr", "k", "kl", "kr", "l", "m", "n",
            "p", "pl", "pr", "qu", "r", "s", "sk", "sn", "sp", "st", "t", "tr", "v", "z", "zh", "th",
