@@ -627,17 +627,18 @@ def test_decoding_equals_llama_cpp_python_completion(temperature):
     spec = P.build_messages
     prompts = [spec("write", x, few_shot=0) for x in WRITE_INPUTS[:3]]  # three: both branches run on each
     grammar = P.grammar("write", min_ops=1)
+    refs = {}
     with load_backend("llamacpp", n_ctx=1024, n_threads=1, prefix_cache=False) as b:
         for gbnf, n_new, stop in ((grammar, 48, None), (None, 24, ["\n\n"])):
-            ref = _reference_completions(prompts, grammar=gbnf, temperature=temperature, max_new_tokens=n_new,
-                                         stop=stop)
+            ref = refs[gbnf is None] = _reference_completions(prompts, grammar=gbnf, temperature=temperature,
+                                                              max_new_tokens=n_new, stop=stop)
             ours = b.generate(prompts, max_new_tokens=n_new, temperature=temperature, grammar=gbnf, seed=3,
                               stop=stop)
             assert [(g.text, g.n_new_tokens) for g in ours] == ref
     if temperature == 0:  # the prefix cache (cells of the last prompt reused) changes nothing on these prompts
-        with load_backend("llamacpp", n_ctx=1024, n_threads=1) as b:
+        with load_backend("llamacpp", n_ctx=1024, n_threads=1) as b:  # (the greedy grammar reference above)
             assert [g.text for g in b.generate(prompts, max_new_tokens=48, grammar=grammar)] == \
-                [t for t, _ in _reference_completions(prompts, grammar=grammar, temperature=0.0, max_new_tokens=48)]
+                [t for t, _ in refs[False]]
 
 
 def test_several_prompts_decoded_together(tmp_path):
