@@ -306,14 +306,19 @@ def test_load_takes_an_embedder_name_as_the_config_field(tmp_path):
         MAGS.load(p, embedder="hash", backends=m._role_backend)
 
 
-def test_a_save_whose_consolidation_adapter_moved_says_how_to_load_it(tmp_path):
+def _consolidated_save(tmp_path):
+    """An agent that stored one fact and serves a (stand-in) consolidation adapter, its adapter folder and its save."""
     ad = tmp_path / "adapter"
     ad.mkdir()
     (ad / "adapter_config.json").write_text("{}")
     m = scripted_agent(["<memory_write>blorps,eat,lemons</memory_write>"])
     m.observe("Blorps eat lemons.")
     m.set_consolidated(ad)
-    p = m.save(tmp_path / "m")
+    return m, ad, m.save(tmp_path / "m")
+
+
+def test_a_save_whose_consolidation_adapter_moved_says_how_to_load_it(tmp_path):
+    m, ad, p = _consolidated_save(tmp_path)
     (ad / "adapter_config.json").unlink()
     with pytest.raises(FileNotFoundError, match=r"names the consolidation adapter .*consolidated=None"):
         MAGS.load(p, embedder=EMB, backends=m._role_backend)
@@ -330,13 +335,7 @@ def test_a_save_whose_consolidation_adapter_moved_says_how_to_load_it(tmp_path):
 def test_the_no_memory_baseline_never_answers_through_a_consolidation_adapter(tmp_path):
     """A consolidated save loaded as ``memory="none"`` served the adapter it names, so the no-memory baseline
     answered from the memory's facts in the weights; ``set_consolidated`` on a "none" agent did the same."""
-    ad = tmp_path / "adapter"
-    ad.mkdir()
-    (ad / "adapter_config.json").write_text("{}")
-    m = scripted_agent(["<memory_write>blorps,eat,lemons</memory_write>"])
-    m.observe("Blorps eat lemons.")
-    m.set_consolidated(ad)
-    p = m.save(tmp_path / "m")
+    m, ad, p = _consolidated_save(tmp_path)
     assert MAGS.load(p, embedder=EMB, backends=m._role_backend).consolidated == ad  # the saved memory's own mode
     none = MAGS.load(p, embedder=EMB, backends=m._role_backend, memory="none")
     assert none.consolidated is None and none.consolidated_adapter_name() is None
