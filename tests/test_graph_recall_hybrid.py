@@ -264,3 +264,34 @@ def test_recall_scale_bench_on_a_small_synthetic_memory():
     out = measure_synthetic(300, queries=5, ks=(10,), variants=("legacy",), progress=lambda s: None)
     assert set(out["latency_ms"]) == {"default k=10", "legacy k=10"}
     assert all(v["p95"] > 0 for v in out["latency_ms"].values())
+
+
+def test_the_first_tokenisation_loads_nltks_stemmer_alone():
+    """Tokenising loads NLTK's Porter stemmer without the ``nltk`` package's ``__init__``, which imports most of
+    NLTK and scipy.stats (2-3 s of CPU in every process that tokenises: the agent's first recall, each kernel,
+    each worker); the stems are NLTK's own, and ``import nltk`` afterwards gives the whole package as usual."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    code = """
+import re, sys
+from pathlib import Path
+from mags_lib.graph import lexical
+assert lexical.tokenize("Caroline's puppies were running") == ["carolin", "puppi", "run"]
+loaded = sorted(m for m in sys.modules if m.split(".")[0] == "nltk" or m.startswith("scipy.stats"))
+assert loaded == [], loaded
+words = sorted({w for p in Path(sys.argv[1]).rglob("*.py") for w in re.findall(r"[a-z]{2,}", p.read_text().lower())})
+words += ["skies", "dying", "lying", "news", "innings", "proceed", "generalizations", "conditional", "hopping"]
+ours = lexical.porter_stemmer()
+import nltk
+from nltk.stem.porter import PorterStemmer
+assert callable(nltk.word_tokenize) and nltk.stem.porter.PorterStemmer is PorterStemmer  # the whole package
+theirs = PorterStemmer()
+assert len(words) > 2000 and [ours.stem(w) for w in words] == [theirs.stem(w) for w in words]
+assert type(lexical.porter_stemmer.__wrapped__()) is PorterStemmer  # nltk imported already: its own class
+print(len(words))
+"""
+    lib = Path(__file__).resolve().parents[1] / "mags_lib"
+    out = subprocess.run([sys.executable, "-c", code, str(lib)], capture_output=True, text=True, check=False)
+    assert out.returncode == 0, out.stderr[-3000:]

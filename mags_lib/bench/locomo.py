@@ -48,7 +48,6 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from functools import lru_cache
 from pathlib import Path
 
 __all__ = [
@@ -549,15 +548,10 @@ def normalize_answer(s: str) -> str:
     return " ".join(s.split())
 
 
-@lru_cache(maxsize=1)
-def _stemmer():
-    from nltk.stem import PorterStemmer  # the stemmer LoCoMo's evaluation uses (NLTK's default mode)
-
-    return PorterStemmer()
-
-
 def _stems(s: str) -> list[str]:
-    ps = _stemmer()
+    from ..graph.lexical import porter_stemmer  # the stemmer LoCoMo's evaluation uses (NLTK's default mode)
+
+    ps = porter_stemmer()
     return [ps.stem(w) for w in normalize_answer(s).split()]
 
 

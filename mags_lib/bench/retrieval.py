@@ -58,9 +58,9 @@ def _stopwords(which: str = "en") -> frozenset:
 
 @lru_cache(maxsize=1 << 16)
 def _stem(word: str) -> str:
-    from .locomo import _stemmer
+    from ..graph.lexical import porter_stemmer
 
-    return _stemmer().stem(word)
+    return porter_stemmer().stem(word)
 
 
 def tokenize(text: str, *, stopwords: bool | str = True, stem: bool = True) -> list[str]:

@@ -11,7 +11,7 @@ does not tell apart ("Zbigniew", "Route 66") still finds the node that says it. 
   (``LiquidGraph._rebuild_derived``) and get the same statistics, hence the same scores;
 * tokens: lower-cased words of two or more characters, English stopwords removed (``bm25s``'s
   lists, ``IndexConfig.lexical_stopwords``: by default the 179-word one, so question words such as
-  "what" / "did" / "you" do not match every turn), Porter-stemmed (NLTK) -- with ``"en"`` the
+  "what" / "did" / "you" do not match every turn), Porter-stemmed (NLTK's stemmer, :func:`porter_stemmer`) -- with ``"en"`` the
   tokenisation of the LoCoMo benchmark's BM25 baseline (:func:`mags_lib.bench.retrieval.tokenize`);
 * writes are cheap: a new row only joins a *pending* list; it is tokenised and posted on the next
   search (so a graph that is written and never searched never tokenises);
@@ -27,14 +27,19 @@ the query's distinct tokens (stopwords carry none) plus one zeroed vector of the
 
 from __future__ import annotations
 
+import importlib
+import importlib.util
 import re
+import sys
+import threading
+import types
 from array import array
 from collections.abc import Callable, Iterable, Sequence
 from functools import lru_cache
 
 import numpy as np
 
-__all__ = ["STOPWORD_LISTS", "LexicalIndex", "text_tokens", "tokenize"]
+__all__ = ["STOPWORD_LISTS", "LexicalIndex", "porter_stemmer", "text_tokens", "tokenize"]
 
 _WORD = re.compile(r"\b\w\w+\b")  # bm25s's default token pattern: words of two or more characters
 
@@ -56,16 +61,48 @@ def _stopwords(which: str = "en_plus") -> frozenset:
     return frozenset(STOPWORDS_EN if which == "en" else STOPWORDS_EN_PLUS)
 
 
-@lru_cache(maxsize=1)
-def _porter():
-    from nltk.stem.porter import PorterStemmer  # imported on first use (about 1 s)
+_NLTK_LOCK = threading.Lock()
 
-    return PorterStemmer()
+
+@lru_cache(maxsize=1)
+def porter_stemmer():
+    """NLTK's Porter stemmer in its default mode (the one LoCoMo's evaluation stems with), one per process.
+
+    ``import nltk`` runs the package's ``__init__``, which imports most of NLTK and ``scipy.stats``: 2-3 s of CPU
+    (measured on the 2-core machine) in every process that tokenises -- the agent's first recall, each notebook
+    kernel, each worker process -- for one module of pure Python. When NLTK is not imported yet, that module
+    (``nltk/stem/porter.py`` and the three small ones it imports) is loaded alone, beneath stand-ins for the
+    ``nltk`` and ``nltk.stem`` packages, and every ``nltk`` entry this adds to ``sys.modules`` is taken out again:
+    the stemmer keeps its module, and a later ``import nltk`` loads the package as usual (about 0.03 s).
+
+    >>> porter_stemmer().stem("puppies")
+    'puppi'
+    """
+    with _NLTK_LOCK:
+        if "nltk" in sys.modules:  # imported already (or by another thread meanwhile): nothing to save
+            from nltk.stem.porter import PorterStemmer
+
+            return PorterStemmer()
+        spec = importlib.util.find_spec("nltk")  # finds the package without running its __init__
+        if spec is None or not spec.submodule_search_locations:
+            raise ModuleNotFoundError("nltk is not installed: it is part of the environment "
+                                      "(bash scripts/setup_env.sh installs it)")
+        root = next(iter(spec.submodule_search_locations))
+        try:
+            for name, path in (("nltk", root), ("nltk.stem", f"{root}/stem")):
+                stand_in = types.ModuleType(name)
+                stand_in.__path__ = [path]
+                sys.modules[name] = stand_in
+            porter = importlib.import_module("nltk.stem.porter")
+        finally:
+            for name in [k for k in sys.modules if k == "nltk" or k.startswith("nltk.")]:
+                del sys.modules[name]  # none was there before (checked above)
+        return porter.PorterStemmer()
 
 
 @lru_cache(maxsize=1 << 17)
 def _stem(word: str) -> str:
-    return _porter().stem(word)
+    return porter_stemmer().stem(word)
 
 
 def tokenize(text: str, stopwords: str = "en_plus") -> list[str]:
