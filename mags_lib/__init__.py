@@ -4,6 +4,10 @@
 used without loading any language-model code).
 """
 
+from ._imports import install as _trace_imports
+
+_trace_imports(__name__)  # inside a pipeline run only: the library modules this process imports (see _imports)
+
 __version__ = "0.1.0"
 __all__ = ["MAGS", "__version__"]
 

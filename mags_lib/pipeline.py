@@ -32,7 +32,8 @@ covers:
 * the notebook's cell types and sources (not outputs, ids or execution counts);
 * the parameters it receives;
 * the source of the library modules the notebook's kernel imported when it last ran (traced in the
-  kernel after every cell, so imports done inside functions or chosen by name count too), and every
+  kernel after every cell, so imports done inside functions or chosen by name count too; with those
+  the processes it started imported, which report them: :mod:`mags_lib._imports`), and every
   file under ``mags_lib/`` that is not Python source (see :func:`library_digest`);
 * the files it declares as inputs (notebook metadata ``{"mags": {"inputs": ["data/raw/*.json",
   "{seed_path}"]}}``: glob patterns relative to the project root, a folder meaning every file
@@ -690,8 +691,9 @@ def library_digest(files: Mapping[str, str], imported: Sequence[str] | None = No
     re-run everything after the first notebook whose modules changed. The modules come from the
     kernel's own ``sys.modules`` after each cell, not from reading the notebook's imports: the
     library imports much inside functions, and picks backends and reward functions by name, which
-    no reading of the source would follow; a dependency missed would serve stale results. A
-    notebook that runs library code in another process declares those files as inputs.
+    no reading of the source would follow; a dependency missed would serve stale results. The
+    processes a kernel starts (joblib workers, ``python -m mags_lib...``) report the modules they
+    import too (:mod:`mags_lib._imports`, :func:`worker_modules`).
 
     Parameters
     ----------
@@ -712,6 +714,29 @@ def library_digest(files: Mapping[str, str], imported: Sequence[str] | None = No
     for rel in sorted(chosen):
         h.update(f"{rel}:{files.get(rel, 'missing')}\0".encode())
     return h.hexdigest()
+
+
+def worker_modules(trace: Path, files: Mapping[str, str], package: str) -> set[str]:
+    """Relative paths (as :func:`library_files` names them) of the modules of ``package`` named in ``trace``: the
+    file the processes a kernel started wrote, one dotted module name a line (:mod:`mags_lib._imports`).
+
+    A name of another package, or of no file of the library (a module that failed to import), is left out; no
+    file means no such process imported the library."""
+    try:
+        names = set(trace.read_text().split())
+    except FileNotFoundError:
+        return set()
+    found = set()
+    for name in names:
+        top, _, rest = name.partition(".")
+        if top != package:
+            continue
+        base = rest.replace(".", "/")
+        for rel in ((f"{base}.py", f"{base}/__init__.py") if rest else ("__init__.py",)):
+            if rel in files:
+                found.add(rel)
+                break
+    return found
 
 
 def environment_packages() -> dict[str, str | None]:
@@ -966,10 +991,12 @@ _KERNEL_TQDM = ("import tqdm.auto, tqdm.autonotebook, tqdm.std; "
                 "tqdm.auto.tqdm = tqdm.autonotebook.tqdm = tqdm.std.tqdm; "
                 "tqdm.auto.trange = tqdm.autonotebook.trange = tqdm.std.trange")
 # ... and, after every cell, the library modules imported so far, into a file the runner reads
-_KERNEL_TRACE = """def _mags_install(library, out, pid_file):
+_KERNEL_TRACE = """def _mags_install(library, out, pid_file, workers):
     import os, sys
     with open(pid_file, "w") as fh:
         fh.write(str(os.getpid()))
+    # the processes this kernel starts report the library modules they import (mags_lib._imports)
+    os.environ["MAGS_IMPORT_TRACE"], os.environ["MAGS_IMPORT_TRACE_KERNEL"] = workers, str(os.getpid())
     library = os.path.realpath(library) + os.sep
     def trace(*_):
         files = set()
@@ -980,7 +1007,7 @@ _KERNEL_TRACE = """def _mags_install(library, out, pid_file):
         with open(out, "w") as fh:
             fh.write("\\n".join(sorted(files)))
     get_ipython().events.register("post_run_cell", trace)
-_mags_install({library!r}, {out!r}, {pid_file!r})
+_mags_install({library!r}, {out!r}, {pid_file!r}, {workers!r})
 del _mags_install"""
 
 
@@ -1461,8 +1488,10 @@ def _run_one(job: _Job, n: int, *, needs, matrices, specs, state, state_path, ru
     relay = (_Relay(log, **({"prefix": f"    {job.key} | ", "lock": lock} if parallel else {}))
              if progress else None)
     trace = out_dir / f".{nb.name}.imports.tmp"
+    worker_trace = out_dir / f".{nb.name}.imports.workers.tmp"
     pid_file = out_dir / f".{nb.name}.kernel.pid"
     trace.unlink(missing_ok=True)
+    worker_trace.unlink(missing_ok=True)
     pid_file.unlink(missing_ok=True)
     t0 = time.perf_counter()
     error: BaseException | None = None
@@ -1487,7 +1516,7 @@ def _run_one(job: _Job, n: int, *, needs, matrices, specs, state, state_path, ru
                                  f"--IPKernelApp.exec_lines={_KERNEL_TQDM}",
                                  "--IPKernelApp.exec_lines="
                                  + _KERNEL_TRACE.format(library=str(library_dir), out=str(trace),
-                                                        pid_file=str(pid_file))],
+                                                        pid_file=str(pid_file), workers=str(worker_trace))],
             )
         except BaseException as exc:  # noqa: BLE001 - recorded, then re-raised below
             error = exc
@@ -1504,7 +1533,10 @@ def _run_one(job: _Job, n: int, *, needs, matrices, specs, state, state_path, ru
             say(f"  note: could not mark {out_nb.name} trusted ({problem}); JupyterLab hides its "
                 f"interactive pictures until you run: jupyter trust {out_nb}")
     imported = trace.read_text().splitlines() if trace.exists() else None
+    if imported is not None:  # and those the processes it started imported (joblib workers, python -m ...)
+        imported = sorted(set(imported) | worker_modules(worker_trace, library, Path(library_dir).name))
     trace.unlink(missing_ok=True)
+    worker_trace.unlink(missing_ok=True)
     pid_file.unlink(missing_ok=True)
     if error is None:
         rec["status"] = "done"

@@ -557,6 +557,77 @@ def test_editing_the_library_reruns_the_notebooks_that_import_it(tmp_path, monke
     assert s4["notebooks"]["00_other"] == s1["notebooks"]["00_other"]
 
 
+
+def test_modules_imported_only_in_processes_the_notebook_starts_count(tmp_path, monkeypatch, capsys):
+    """A notebook that decodes in joblib workers (notebook 10's before row, the held-out evaluations) or runs
+    ``python -m ...`` (the export's switch check) uses library modules its kernel never imports: those processes
+    report them (``mags_lib._imports``), and editing one runs the notebook again. Before, the kernel's own modules
+    were all the hash saw: the edit was skipped and the stale value kept."""
+    lib = tmp_path / "site" / "fixturelib"
+    lib.mkdir(parents=True)
+    (lib / "__init__.py").write_text("from mags_lib._imports import install\ninstall(__name__)\n")
+    (lib / "work.py").write_text("def in_pool():\n    from . import pool_only\n    return pool_only.VALUE\n")
+    (lib / "pool_only.py").write_text("VALUE = 1\n")
+    (lib / "child_only.py").write_text("print(10)\n")
+    monkeypatch.setenv("PYTHONPATH", str(lib.parent))  # the kernels and their processes import fixturelib
+    nbs = tmp_path / "nbs"
+    write_nb(nbs / "10_workers.ipynb", "",
+             "import subprocess, sys\nfrom joblib import Parallel, delayed\nimport fixturelib.work\n"
+             "from mags_lib import repro\n"
+             "pool = Parallel(n_jobs=2)(delayed(fixturelib.work.in_pool)() for _ in range(2))\n"
+             "child = subprocess.run([sys.executable, '-m', 'fixturelib.child_only'], check=True, capture_output=True,"
+             " text=True).stdout.strip()\n"
+             "(repro.run_dir(run_tag, '10_workers') / 'value.txt').write_text(f'{pool[0]} {child}')")
+    kw = {"profile": "smoke", "notebooks_dir": nbs, "results_root": tmp_path / "results", "progress": False,
+          "library_dir": lib}
+    value = tmp_path / "results" / "smoke" / "10_workers" / "value.txt"
+
+    def run():
+        capsys.readouterr()
+        state = pipeline.run_pipeline(**kw)
+        return state, re.findall(r"\[run \d+/\d+\] (\S+)", capsys.readouterr().err)
+
+    s1, ran = run()
+    assert ran == ["10_workers"] and value.read_text() == "1 10"
+    assert s1["notebooks"]["10_workers"]["library_modules"] == ["__init__.py", "child_only.py", "pool_only.py",
+                                                                 "work.py"]
+    assert not list(value.parent.glob(".*.tmp"))  # the traces are read and removed
+    assert run()[1] == []  # nothing changed
+    (lib / "pool_only.py").write_text("VALUE = 2\n")
+    assert run()[1] == ["10_workers"] and value.read_text() == "2 10"
+    (lib / "child_only.py").write_text("print(20)\n")
+    assert run()[1] == ["10_workers"] and value.read_text() == "2 20"
+
+
+def test_a_process_reports_the_library_modules_it_imports_under_a_pipeline_kernel(tmp_path):
+    """mags_lib installs the recorder itself: a process started with MAGS_IMPORT_TRACE set writes each module it
+    imports (``importlib.import_module`` included), once; the kernel that set the variable writes nothing, a process
+    forked from it what it imports itself."""
+    import subprocess
+    import sys
+
+    trace = tmp_path / "trace"
+    code = ("import importlib, mags_lib.metrics; importlib.import_module('mags_lib.protocol'); "
+            "import mags_lib.metrics")
+    env = {**os.environ, "MAGS_IMPORT_TRACE": str(trace)}
+    subprocess.run([sys.executable, "-c", code], check=True, env=env)
+    names = trace.read_text().splitlines()
+    assert names[0] == "mags_lib" and {"mags_lib.metrics", "mags_lib.protocol"} <= set(names)
+    assert len(names) == len(set(names)) and all(n.startswith("mags_lib") for n in names)
+    trace.unlink()
+    kernel = ("import os; os.environ['MAGS_IMPORT_TRACE_KERNEL'] = str(os.getpid()); " + code + "\n"
+              "pid = os.fork()\n"
+              "if pid == 0:\n    import mags_lib.rewards\n    os._exit(0)\n"
+              "os.waitpid(pid, 0)\n")
+    subprocess.run([sys.executable, "-c", kernel], check=True, env=env)
+    got = trace.read_text().splitlines()  # only the forked child's own imports, none the kernel made
+    assert got[0] == "mags_lib.rewards" and not {"mags_lib", "mags_lib.metrics", "mags_lib.protocol"} & set(got)
+    trace.unlink()
+    subprocess.run([sys.executable, "-c", "import mags_lib.metrics"], check=True,
+                   env={k: v for k, v in env.items() if k != "MAGS_IMPORT_TRACE"})
+    assert not trace.exists()  # outside a pipeline run: nothing
+
+
 def test_declared_inputs_name_parameters(tmp_path):
     nbs = tmp_path / "nbs"
     path = write_nb(nbs / "10_data.ipynb", 'data_path: str = "data/seed"  # folder read by the notebook\n',
