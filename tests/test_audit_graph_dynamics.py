@@ -11,7 +11,7 @@ import pytest
 
 from mags_lib.graph import GraphConfig, LiquidGraph, TableEmbedder, viz
 from mags_lib.graph.lexical import LexicalIndex, text_tokens, tokenize
-from mags_lib.graph.values import clean_time, is_iso_time
+from mags_lib.graph.values import chronological_order, clean_time, earliest_time, instant_key, is_iso_time
 
 
 # -- hybrid recall: entities whose names are stopwords or one letter ------------------------------
@@ -103,6 +103,27 @@ def test_a_space_separated_time_orders_like_isoformat():
     g.engram([("Ann", "lives in", "Rome")], episode=e2)
     assert {f["object"]: f["valid"] for f in g.facts(include_invalid=True)} == {"Paris": True, "Rome": False}
 
+
+
+@pytest.mark.parametrize("later_first", [False, True])
+def test_times_with_utc_offsets_order_by_the_moment_they_name(later_first):
+    """``2023-05-08T23:00-05:00`` is 04:00 UTC on the 9th, three hours after ``2023-05-09T01:00+00:00``, though its
+    text sorts first: the later moment holds the slot whichever statement is read first (time_order), the episodes
+    and the reader's memory block list it last, and every time is kept and shown as written."""
+    early, late = ("Paris", "2023-05-09T01:00+00:00"), ("Rome", "2023-05-08T23:00-05:00")
+    g = LiquidGraph(TableEmbedder(dim=64))
+    for city, time in ([late, early] if later_first else [early, late]):
+        ep = g.add_episode(f"Ann lives in {city}.", source=city, time=time)
+        g.engram([("Ann", "lives in", city)], episode=ep)
+    facts = {f["object"]: f for f in g.facts(include_invalid=True)}
+    assert {c: f["valid"] for c, f in facts.items()} == {"Paris": False, "Rome": True}
+    assert facts["Rome"]["valid_from"] == late[1] and facts["Paris"]["valid_to"] == late[1]
+    assert [d["source"] for d in g.episodes()] == ["Paris", "Rome"]
+    assert [d["time"] for d in g.episodes()] == [early[1], late[1]]
+    assert chronological_order([late[1], early[1], "2023-05-09"]) == [2, 1, 0]  # the day itself starts it
+    assert earliest_time(late[1], early[1]) == early[1]
+    assert instant_key("2023-05-08T23:00:30.5-0500") == "2023-05-09T04:00:30.500000"
+    assert instant_key("2023-05-08T23:00+25:00") == "2023-05-08T23:00+25:00"  # no such offset: as written
 
 def test_a_time_with_spaces_around_it_still_dates_the_turn():
     # a time read from a file with its newline: kept as written, it was no ISO date, so a query naming a

@@ -69,7 +69,8 @@ from .store import (
     STAGE_WORKING,
     ColumnStore,
 )
-from .values import clean_int, clean_source, clean_text, clean_time, clean_unit, earliest_time, is_iso_time
+from .values import (clean_int, clean_source, clean_text, clean_time, clean_unit, earliest_time, instant_key,
+                     is_iso_time)
 
 __all__ = ["OPS", "LiquidGraph", "check_op", "norm_key"]
 
@@ -574,14 +575,15 @@ class LiquidGraph:
         """Every live episode in observation order: ``id``, ``text``, ``source``, ``time``, ``speaker``.
 
         Observation order is the episode's ``time`` when every episode has one (ISO strings sort
-        chronologically; ties by id), the order they were added otherwise.
+        chronologically, times with a UTC offset by the moment they name: :func:`~.values.instant_key`; ties by
+        id), the order they were added otherwise.
         """
         nd = self.nodes
         rows = np.flatnonzero(nd.alive & (nd.kind == KIND_EPISODE)).tolist()
         out = [{"id": self.node_id(i), "text": nd.text[i], "source": nd.meta[i].get("source"),
                 "time": nd.meta[i].get("time"), "speaker": nd.meta[i].get("speaker")} for i in rows]
         if out and all(d["time"] for d in out):
-            out.sort(key=lambda d: d["time"])  # stable: equal times keep id order
+            out.sort(key=lambda d: instant_key(d["time"]))  # stable: equal times keep id order
         return out
 
     def episode_current(self, node_id: str) -> bool | None:

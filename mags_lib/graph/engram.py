@@ -50,7 +50,7 @@ import numpy as np
 from .core import _as_triplets, norm_key
 from .model import EngramReport
 from .store import EDGE_ASSOC, EDGE_FACT, EDGE_MENTION, KIND_ENTITY, KIND_EPISODE
-from .values import earliest_time
+from .values import earliest_time, instant_key
 
 __all__ = ["ASSOC_RELATION", "MENTION_RELATION", "engram", "fact_time", "gat_attention", "reconcile_subject",
            "relation_kind", "same_kind", "supersede", "typed_signature"]
@@ -264,11 +264,11 @@ def engram(g, triplets, *, episode: str | None = None, source: str | None = None
                             rivals.append(x)
                 rivals.sort()  # id order, not adjacency order
             if rivals and cfg.time_order and when is not None:
-                later = [x for x in rivals if (fact_time(g, x) or "") > when]
+                later = [x for x in rivals if instant_key(fact_time(g, x) or "") > instant_key(when)]
                 if later:  # said before what memory holds: stored as history, superseded by the newer fact
                     e = g._add_edge(si, oi, rid, EDGE_FACT, cfg.init_strength, cfg.init_confidence, episodes,
                                     sources, valid=False, time=said)
-                    ed.invalidated_by[e] = ed.uid[max(later, key=lambda x: (fact_time(g, x), x))]
+                    ed.invalidated_by[e] = ed.uid[max(later, key=lambda x: (instant_key(fact_time(g, x)), x))]
                     ed.valid_to_time[e] = _first_said_after(g, later, when)  # true until the next statement
                     rep.rejected_edges.append(e)
                     call_edges.add(e)
@@ -420,7 +420,7 @@ def fact_time(g, e: int) -> str | None:
     # an episode pruned since still tells when it was said (compaction keeps such rows)
     times = [_iso_day(nd.meta[r].get("time")) for r in map(g._ep_row, g.edges.episodes[e]) if r >= 0]
     times = [t for t in times if t]
-    return max(times) if times else _iso_day(g.edges.valid_from_time[e])
+    return max(times, key=instant_key) if times else _iso_day(g.edges.valid_from_time[e])
 
 
 
@@ -482,12 +482,12 @@ def relation_kind(g, key: str) -> tuple[str, bool]:
 def _first_said_after(g, edges, when: str) -> str | None:
     """The earliest ISO time after ``when`` at which one of ``edges`` was said (their episodes' times; an edge
     written without an episode, the time it was stated at)."""
-    nd = g.nodes
+    nd, after = g.nodes, instant_key(when)
     times = [t for e in edges for r in map(g._ep_row, g.edges.episodes[e]) if r >= 0
-             for t in (_iso_day(nd.meta[r].get("time")),) if t and t > when]
+             for t in (_iso_day(nd.meta[r].get("time")),) if t and instant_key(t) > after]
     times += [t for e in edges if not g.edges.episodes[e]
-              for t in (_iso_day(g.edges.valid_from_time[e]),) if t and t > when]
-    return min(times) if times else None
+              for t in (_iso_day(g.edges.valid_from_time[e]),) if t and instant_key(t) > after]
+    return min(times, key=instant_key) if times else None
 
 
 def _with(items: list, x) -> list:

@@ -27,7 +27,7 @@ from collections.abc import Sequence
 import numpy as np
 
 __all__ = ["chronological_order", "clean_int", "clean_source", "clean_text", "clean_time", "clean_unit",
-           "earliest_time", "is_iso_time", "parse_session_date", "time_order_key"]
+           "earliest_time", "instant_key", "is_iso_time", "parse_session_date", "time_order_key"]
 
 
 def clean_text(text: object, name: str = "text", *, allow_empty: bool = False) -> str:
@@ -105,20 +105,49 @@ def is_iso_time(value: str | None) -> bool:
     return bool(value) and _ISO_DATE.match(value) is not None
 
 
+_ISO_ZONED = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}(:\d{2}(\.\d{1,6})?)?(Z|[+-]\d{2}:?\d{2})")
+
+
+def instant_key(value: str | None) -> str | None:
+    """An observation time as text that sorts by the moment it names: an ISO time with a UTC offset (or ``Z``)
+    is written in UTC, without the offset and to the precision given; anything else is returned as is.
+
+    The memory compares and orders times as text, and keeps and shows them as written: ``2023-05-08T23:00-05:00``
+    is four hours after ``2023-05-09T01:00+00:00`` although its text sorts first. A time without an offset is
+    taken as written (its zone is unknown).
+
+    >>> instant_key("2023-05-08T23:00-05:00"), instant_key("2023-05-09T01:00Z"), instant_key("2023-05-08")
+    ('2023-05-09T04:00', '2023-05-09T01:00', '2023-05-08')
+    """
+    if not isinstance(value, str):
+        return value
+    m = _ISO_ZONED.fullmatch(value)
+    if m is None:
+        return value
+    try:
+        moment = _dt.datetime.fromisoformat(value)
+    except ValueError:  # an offset out of range, a 25th hour: not a time, kept as written
+        return value
+    spec = "minutes" if m.group(1) is None else "seconds" if m.group(2) is None else "microseconds"
+    return moment.astimezone(_dt.timezone.utc).replace(tzinfo=None).isoformat(timespec=spec)
+
+
 def earliest_time(a: str | None, b: str | None) -> str | None:
-    """The earlier of two observation times: the smaller when both are ISO, else the first one given.
+    """The earlier of two observation times (by :func:`instant_key`) when both are ISO, else the first one given.
 
     >>> earliest_time("2023-05-08", "2022-01-01"), earliest_time(None, "2022-01-01"), earliest_time("May", "2022")
     ('2022-01-01', '2022-01-01', 'May')
+    >>> earliest_time("2023-05-09T01:00+00:00", "2023-05-08T23:00-05:00")
+    '2023-05-09T01:00+00:00'
     """
     if is_iso_time(a) and is_iso_time(b):
-        return min(a, b)
+        return min(a, b, key=instant_key)
     return a if a is not None else b
 
 
 def time_order_key(value: str | None) -> str | None:
-    """An item's time as sortable ISO text: ISO as is, a date in words converted (:func:`parse_session_date`);
-    None for no time or one that names no date.
+    """An item's time as sortable ISO text: ISO as is (in UTC when it has an offset: :func:`instant_key`), a date
+    in words converted (:func:`parse_session_date`); None for no time or one that names no date.
 
     >>> time_order_key("2023-05-08T13:56"), time_order_key("1:56 pm on 8 May, 2023"), time_order_key("8 May 2023")
     ('2023-05-08T13:56', '2023-05-08T13:56', '2023-05-08')
@@ -128,7 +157,7 @@ def time_order_key(value: str | None) -> str | None:
     if not isinstance(value, str) or not value.strip():
         return None
     value = " ".join(value.split())
-    return value if is_iso_time(value) else parse_session_date(value)
+    return instant_key(value) if is_iso_time(value) else parse_session_date(value)
 
 
 def chronological_order(times: Sequence[str | None]) -> list[int]:
