@@ -1534,7 +1534,7 @@ def _run_one(job: _Job, n: int, *, needs, matrices, specs, state, state_path, ru
                 f"interactive pictures until you run: jupyter trust {out_nb}")
     imported = trace.read_text().splitlines() if trace.exists() else None
     if imported is not None:  # and those the processes it started imported (joblib workers, python -m ...)
-        imported = sorted(set(imported) | worker_modules(worker_trace, library, Path(library_dir).name))
+        imported = sorted(set(imported) | worker_modules(worker_trace, library, library_dir.name))
     trace.unlink(missing_ok=True)
     worker_trace.unlink(missing_ok=True)
     pid_file.unlink(missing_ok=True)

@@ -518,31 +518,43 @@ def test_library_digest_follows_the_imported_modules_content_only(tmp_path):
     assert pipeline.library_digest(pipeline.library_files(lib), used) != d1  # an imported module gone
 
 
+def _fixture_library(tmp_path: Path, monkeypatch, files: dict[str, str]) -> Path:
+    """A package ``fixturelib`` made of ``files`` (name -> source), on the PYTHONPATH of the kernels and of the
+    processes they start: the library whose modules a test's runs trace."""
+    lib = tmp_path / "site" / "fixturelib"
+    lib.mkdir(parents=True)
+    for name, source in files.items():
+        (lib / name).write_text(source)
+    monkeypatch.setenv("PYTHONPATH", str(lib.parent))
+    return lib
+
+
+def _pipeline_runs(capsys, nbs: Path, results: Path, lib: Path):
+    """A function running the smoke pipeline over ``nbs`` with ``lib`` as the traced library: (state, the keys of
+    the runs it executed)."""
+    def run():
+        capsys.readouterr()
+        state = pipeline.run_pipeline(profile="smoke", notebooks_dir=nbs, results_root=results, progress=False,
+                                      library_dir=lib)
+        return state, re.findall(r"\[run \d+/\d+\] (\S+)", capsys.readouterr().err)
+
+    return run
+
+
 def test_editing_the_library_reruns_the_notebooks_that_import_it(tmp_path, monkeypatch, capsys):
     """Each run is keyed by the library modules its kernel imported, traced at run time: the module
     a function imports when called (``lazy``) counts, one nothing imports (``unused``) does not.
     Without the library in the hash the re-run would be skipped and keep the stale value."""
-    lib = tmp_path / "site" / "fixturelib"
-    lib.mkdir(parents=True)
-    (lib / "__init__.py").write_text("")
-    (lib / "used.py").write_text("def value():\n    from . import lazy\n    return lazy.VALUE\n")
-    (lib / "lazy.py").write_text("VALUE = 1\n")
-    (lib / "unused.py").write_text("X = 0\n")
-    monkeypatch.setenv("PYTHONPATH", str(lib.parent))  # the kernels import fixturelib from there
+    lib = _fixture_library(tmp_path, monkeypatch, {
+        "__init__.py": "", "used.py": "def value():\n    from . import lazy\n    return lazy.VALUE\n",
+        "lazy.py": "VALUE = 1\n", "unused.py": "X = 0\n"})
     nbs = tmp_path / "nbs"
     write_nb(nbs / "00_other.ipynb", "", "x = 1")  # imports nothing of fixturelib
     write_nb(nbs / "10_use.ipynb", "",
              "from fixturelib import used\nfrom mags_lib import repro\n"
              "(repro.run_dir(run_tag, '10_use') / 'value.txt').write_text(str(used.value()))")
-    kw = {"profile": "smoke", "notebooks_dir": nbs, "results_root": tmp_path / "results", "progress": False,
-          "library_dir": lib}
+    run = _pipeline_runs(capsys, nbs, tmp_path / "results", lib)
     value = tmp_path / "results" / "smoke" / "10_use" / "value.txt"
-
-    def run():
-        capsys.readouterr()
-        state = pipeline.run_pipeline(**kw)
-        err = capsys.readouterr().err
-        return state, re.findall(r"\[run \d+/\d+\] (\S+)", err)  # the runs it executed
 
     s1, ran = run()
     assert ran == ["00_other", "10_use"] and value.read_text() == "1"
@@ -557,19 +569,15 @@ def test_editing_the_library_reruns_the_notebooks_that_import_it(tmp_path, monke
     assert s4["notebooks"]["00_other"] == s1["notebooks"]["00_other"]
 
 
-
 def test_modules_imported_only_in_processes_the_notebook_starts_count(tmp_path, monkeypatch, capsys):
     """A notebook that decodes in joblib workers (notebook 10's before row, the held-out evaluations) or runs
     ``python -m ...`` (the export's switch check) uses library modules its kernel never imports: those processes
     report them (``mags_lib._imports``), and editing one runs the notebook again. Before, the kernel's own modules
     were all the hash saw: the edit was skipped and the stale value kept."""
-    lib = tmp_path / "site" / "fixturelib"
-    lib.mkdir(parents=True)
-    (lib / "__init__.py").write_text("from mags_lib._imports import install\ninstall(__name__)\n")
-    (lib / "work.py").write_text("def in_pool():\n    from . import pool_only\n    return pool_only.VALUE\n")
-    (lib / "pool_only.py").write_text("VALUE = 1\n")
-    (lib / "child_only.py").write_text("print(10)\n")
-    monkeypatch.setenv("PYTHONPATH", str(lib.parent))  # the kernels and their processes import fixturelib
+    lib = _fixture_library(tmp_path, monkeypatch, {
+        "__init__.py": "from mags_lib._imports import install\ninstall(__name__)\n",
+        "work.py": "def in_pool():\n    from . import pool_only\n    return pool_only.VALUE\n",
+        "pool_only.py": "VALUE = 1\n", "child_only.py": "print(10)\n"})
     nbs = tmp_path / "nbs"
     write_nb(nbs / "10_workers.ipynb", "",
              "import subprocess, sys\nfrom joblib import Parallel, delayed\nimport fixturelib.work\n"
@@ -578,14 +586,8 @@ def test_modules_imported_only_in_processes_the_notebook_starts_count(tmp_path, 
              "child = subprocess.run([sys.executable, '-m', 'fixturelib.child_only'], check=True, capture_output=True,"
              " text=True).stdout.strip()\n"
              "(repro.run_dir(run_tag, '10_workers') / 'value.txt').write_text(f'{pool[0]} {child}')")
-    kw = {"profile": "smoke", "notebooks_dir": nbs, "results_root": tmp_path / "results", "progress": False,
-          "library_dir": lib}
+    run = _pipeline_runs(capsys, nbs, tmp_path / "results", lib)
     value = tmp_path / "results" / "smoke" / "10_workers" / "value.txt"
-
-    def run():
-        capsys.readouterr()
-        state = pipeline.run_pipeline(**kw)
-        return state, re.findall(r"\[run \d+/\d+\] (\S+)", capsys.readouterr().err)
 
     s1, ran = run()
     assert ran == ["10_workers"] and value.read_text() == "1 10"
