@@ -223,6 +223,7 @@ def engram(g, triplets, *, episode: str | None = None, source: str | None = None
     n_access, n_last, n_imp = nd.access, nd.last_access, nd.importance  # views; no node is added below
     call_edges: set[int] = set()  # facts this call wrote: one observation never supersedes its own facts
     when = _iso_day(nd.meta[ep_idx].get("time") if ep_idx is not None else None) or _iso_day(time)
+    when_key = instant_key(when)  # compared by the moment it names (once, not per fact)
     # when the observation was said, as given: a fact's validity interval in time starts (and a
     # superseded one ends) there; without it the interval is in ticks only
     said = (nd.meta[ep_idx].get("time") if ep_idx is not None else None) or time
@@ -264,7 +265,7 @@ def engram(g, triplets, *, episode: str | None = None, source: str | None = None
                             rivals.append(x)
                 rivals.sort()  # id order, not adjacency order
             if rivals and cfg.time_order and when is not None:
-                later = [x for x in rivals if instant_key(fact_time(g, x) or "") > instant_key(when)]
+                later = [x for x in rivals if instant_key(fact_time(g, x) or "") > when_key]
                 if later:  # said before what memory holds: stored as history, superseded by the newer fact
                     e = g._add_edge(si, oi, rid, EDGE_FACT, cfg.init_strength, cfg.init_confidence, episodes,
                                     sources, valid=False, time=said)
