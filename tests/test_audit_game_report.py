@@ -114,3 +114,30 @@ def test_summary_writes_a_missing_interval_as_null(fake_models):
     m = summary_metrics(evaluate_systems("rag", [_scenario("a", "lemons")], base=BASE, progress=False), n_boot=50)
     a = m["accuracy"]["rag"]["overall"]
     assert a["accuracy"] == 1.0 and a["lo"] is None and a["hi"] is None and a["n_scenarios"] == 1
+
+
+def test_operation_quality_of_a_played_scenario_counts_what_maintenance_pruned(monkeypatch):
+    # the game's quality rows scored only the memory left at the end: an invalidation pruned later was lost
+    import mags_lib.backends as B
+
+    writes = {"Blorps eat lemons": "<memory_write>blorps,eat,lemons</memory_write>",
+              "Blorps switched to pears": "<memory_write>blorps,eat,pears</memory_write>"}
+    monkeypatch.setattr(B, "load_backend", lambda name, model=None, **kw: TableBackend(writes, default="No."))
+    sc = scenario_from_dict({"name": "p", "description": "", "events": [
+        {"say": "Blorps eat lemons."}, {"say": "Blorps switched to pears."}]
+        + [{"say": f"Filler number {i}."} for i in range(6)]
+        + [{"ask": "What do blorps eat?", "answer": ["pears"], "kind": "update"}],
+        "gold": [{"subject": "blorps", "relation": "eat", "object": "lemons", "stated": 0, "superseded": 1},
+                 {"subject": "blorps", "relation": "eat", "object": "pears", "stated": 1, "superseded": None}],
+        "entities": [{"name": "blorps", "core": "blorp", "type": "species"}]})
+    prune_all = {"prune_strength": 0.999, "keep_salience": None, "inactive_ticks": 1, "keep_evidence": False,
+                 "keep_unconsolidated": False}
+    r = run_scenario({"memory": "graph", "maintain_every": 2, "graph": {"dynamics": prune_all}}, sc, base=BASE,
+                     return_agent=True)
+    try:
+        assert r["agent"].graph.facts(include_invalid=True) == []  # everything went before the end
+    finally:
+        r["agent"].close()
+    q = r["quality"]
+    assert q["n_removed"] == 2 and q["n_gold_stored"] == 2
+    assert q["n_invalidated"] == q["n_correct_invalidations"] == 1 and q["n_missed_invalidations"] == 0

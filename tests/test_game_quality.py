@@ -143,3 +143,73 @@ def test_needs_ground_truth_and_tables_sum_counts():
             for i in range(2)]
     t = quality_table(pd.DataFrame(rows))
     assert t.loc[0, "n_missed_invalidations"] == 1 and t.loc[0, "missed_invalidation_rate"] == 0.5
+
+
+def _pruning(g):
+    """``g`` under a config whose ``maintain`` prunes every valid edge (strength < 0.999), then the nodes
+    left inactive with their superseded edges (history goes with its ends, a tick later)."""
+    d = replace(g.config.dynamics, prune_strength=0.999, keep_salience=None, inactive_ticks=1,
+                keep_evidence=False, keep_unconsolidated=False)
+    return g.with_config(replace(g.config, dynamics=d))
+
+
+def _prune_all(g):
+    for _ in range(3):
+        g.maintain()
+
+
+def test_facts_pruned_during_the_run_are_scored_in_their_state_when_they_went():
+    # an invalidation that maintenance prunes later used to drop out of the counts (they scored only the
+    # memory left at the end): here every fact edge is pruned, the right invalidation with them
+    g = _pruning(graph(PERFECT))
+    with g.record_removed_facts() as removed:
+        _prune_all(g)
+    assert g.facts(include_invalid=True) == [] and len(removed) == 4
+    assert all(f["alive"] is False for f in removed)
+    end_only = operation_quality(g, SCENARIO)
+    assert end_only["n_invalidated"] == 0 and end_only["n_gold_stored"] == 0 and end_only["n_removed"] == 0
+    q = operation_quality(g, SCENARIO, removed=removed, details=True)
+    assert q["n_removed"] == 4 and q["n_memory_facts"] == 4 and q["n_matched"] == 4
+    assert q["n_invalidated"] == 1 and q["n_correct_invalidations"] == 1 and q["n_wrong_invalidations"] == 0
+    assert q["n_gold_stored"] == 4 and q["stored_rate"] == 1.0
+    assert all(r["removed"] for r in q["facts"])
+    # a wrong invalidation pruned later counts as wrong
+    g2 = _pruning(graph(PERFECT + [("quindles", "live in", "copper caves")]))
+    with g2.record_removed_facts() as removed2:
+        _prune_all(g2)
+    q2 = operation_quality(g2, SCENARIO, removed=removed2)
+    assert q2["n_wrong_invalidations"] == 1 and q2["wrong_invalidation_rate"] == 0.5
+
+
+def test_a_fact_forgotten_while_still_valid_is_stored_but_not_a_missed_invalidation():
+    g = _pruning(graph(PERFECT, reconcile=False))  # the old value was never invalidated
+    assert operation_quality(g, SCENARIO)["n_missed_invalidations"] == 1
+    with g.record_removed_facts() as removed:
+        _prune_all(g)
+    assert g.facts(include_invalid=True) == []
+    q = operation_quality(g, SCENARIO, removed=removed)
+    assert q["n_superseded_stored"] == 1 and q["n_missed_invalidations"] == 0 and q["n_gold_stored"] == 4
+    with pytest.raises(ValueError, match="record_removed_facts"):
+        operation_quality(g, SCENARIO, removed=[{"id": 0}])
+
+
+def test_removal_records_follow_transactions_rollbacks_and_nesting():
+    g = graph(PERFECT)
+    lemons = next(f["id"] for f in g.facts(include_invalid=True) if f["object"] == "frozen lemons")
+    with g.record_removed_facts() as outer:
+        with pytest.raises(RuntimeError), g.transaction():  # a failed turn leaves no trace, here either
+            g.forget([next(f["id"] for f in g.facts() if f["object"] == "Porto")])
+            raise RuntimeError("the model failed")
+        assert outer == [] and len(g.facts()) == 3
+        sid = g.snapshot()
+        with g.record_removed_facts() as inner:
+            _pruning(g)  # a copy: its removals are its own
+            g.forget([next(f["id"] for f in g.facts() if f["object"] == "Teal Bridge")])
+        assert [f["object"] for f in inner] == ["Teal Bridge"]
+        g.rollback(sid)  # the forgotten fact is back: scored once, live
+    assert [f["object"] for f in outer] == ["Teal Bridge"]
+    q = operation_quality(g, SCENARIO, removed=outer, details=True)
+    assert q["n_removed"] == 0 and q["n_memory_facts"] == 4
+    assert [r["object"] for r in q["facts"] if r["object"] == "Teal Bridge"] == ["Teal Bridge"]
+    assert lemons in {f["id"] for f in g.facts(include_invalid=True)}
+    assert g._removal_sinks == []  # closed blocks are not written to any more

@@ -110,6 +110,26 @@ def test_reward_path_strengthening_and_weakening():
         g.reinforce(res, reward=2.0)
 
 
+def test_only_a_positive_reward_counts_a_use_or_refreshes_recency():
+    # uses and recency both protect an edge from decay (salience, recency protection): a neutral or a
+    # negative reward used to count a use (0) and refresh the recency (both), so punishing a path protected it
+    g, ids = make([("alice", "likes", "bob", 0.5)])
+    e = ids[("alice", "bob")]
+    res = g.recall("alice", k=1)
+    uses = int(g.edges.uses[e])
+    for _ in range(5):
+        g.maintain(steps=["decay"])
+    assert g.tick == 5 and int(g.edges.last_used[e]) == 0
+    before = S(g, e)
+    assert g.reinforce(res, reward=0.0) == 0
+    assert (int(g.edges.uses[e]), int(g.edges.last_used[e]), S(g, e)) == (uses, 0, before)
+    assert g.reinforce(res, reward=-0.5) == 1
+    assert S(g, e) == pytest.approx(before * (1 - 0.3 * 0.5))
+    assert (int(g.edges.uses[e]), int(g.edges.last_used[e])) == (uses, 0)
+    assert g.reinforce(res, reward=0.5) == 1
+    assert (int(g.edges.uses[e]), int(g.edges.last_used[e])) == (uses + 1, 5)
+
+
 def test_game_of_life_lonely_crowded_surviving():
     leaves = [("hub", "r", f"leaf{i}", 0.5) for i in range(13)]  # hub has 13 live edges > 12: crowded
     g, ids = make(leaves + [("x", "r", "y", 0.2)], dyn=DynamicsConfig(gol_birth=False))

@@ -51,12 +51,12 @@ def observe_scenarios(scenarios: Sequence, *, write_model: str | None = None, th
     desc = "scenarios" + "".join(f", {k}={v}" for k, v in config.items())
     for sc in tqdm(scenarios, desc=desc, unit="scenario", disable=not progress):
         cfg = MAGSConfig(write_model=write_model, n_threads=threads, **config)
-        with MAGS(cfg, backends=backends) as m:
+        with MAGS(cfg, backends=backends) as m, m.graph.record_removed_facts() as removed:
             for i, e in enumerate(sc.events):
                 if not e.is_ask:
                     n_triplets += len(m.observe(e.text, source=e.source or f"{sc.name}:{i}", time=e.time,
                                                 speaker=e.speaker).triplets)
-            q = operation_quality(m.graph, sc, details=True)
+            q = operation_quality(m.graph, sc, details=True, removed=removed)
         counts = {k: q[k] for k in QUALITY_COUNTS}
         overall.update(counts)
         families.setdefault(sc.meta.get("family", "file"), Counter()).update(counts)

@@ -14,6 +14,13 @@ superseded by a newer value) and gold entities. It counts:
   node matches none of the gold facts having that relation and object (e.g. a persona fact stored
   under ``"I"`` instead of the speaker); rate over the memory facts that match gold at all.
 
+The memory facts are the ones the graph holds at the end (valid and invalidated) and, given
+``removed`` (what :meth:`LiquidGraph.record_removed_facts` collected while the scenario played), the
+ones maintenance removed before the end, each in its state when it went: an invalidation that was
+pruned later still counts (right or wrong), a gold fact stored and then forgotten still counts as
+stored. A fact forgotten while still valid no longer asserts the old value, so it is not a missed
+invalidation (``n_removed`` counts the removed facts scored).
+
 Matching rule (texts normalised with :func:`mags_lib.game.score.normalize`; ``key`` also drops a
 stand-alone possessive ``s`` and a plural ``s``; cosines from the graph's own embedder, MiniLM in
 real runs):
@@ -48,7 +55,8 @@ FACT_SIM = SIM_THRESHOLD
 QUALITY_COUNTS = ("n_memory_facts", "n_matched", "n_wrong_subject", "n_unmatched", "n_invalidated",
                   "n_correct_invalidations", "n_wrong_invalidations", "n_gold", "n_gold_stored",
                   "n_superseded", "n_superseded_stored", "n_missed_invalidations", "n_gold_entities",
-                  "n_entities_present", "n_entity_nodes", "n_duplicate_entities", "n_memory_matched_any")
+                  "n_entities_present", "n_entity_nodes", "n_duplicate_entities", "n_memory_matched_any",
+                  "n_removed")
 """Counts :func:`operation_quality` returns; they add up over scenarios (:func:`quality_rates`)."""
 
 _NUM_WORDS = {w: str(i) for i, w in enumerate(
@@ -104,7 +112,8 @@ def quality_rates(counts: dict) -> dict:
     }
 
 
-def operation_quality(graph, scenario: Scenario, *, embedder=None, details: bool = False) -> dict:
+def operation_quality(graph, scenario: Scenario, *, embedder=None, details: bool = False,
+                      removed: Sequence[dict] = ()) -> dict:
     """Operation quality of ``graph`` against ``scenario``'s ground truth.
 
     Parameters
@@ -117,8 +126,13 @@ def operation_quality(graph, scenario: Scenario, *, embedder=None, details: bool
         For the similarity rules (default: the graph's own embedder).
     details : bool
         Also return ``"facts"`` (every memory fact with its status and gold match: ``gold`` as text,
-        ``gold_index`` into ``scenario.gold``) and
+        ``gold_index`` into ``scenario.gold``, ``removed``: maintenance removed it before the end) and
         ``"entities"`` (gold entity -> matching node texts).
+    removed : sequence of dict
+        The fact edges removed from ``graph`` while the scenario played, as
+        :meth:`~mags_lib.graph.LiquidGraph.record_removed_facts` collected them: scored in their state
+        when they went (one whose id the graph still holds -- a rollback brought it back -- is scored
+        once, as the graph holds it; of an id removed twice, the last record).
 
     Returns
     -------
@@ -138,6 +152,15 @@ def operation_quality(graph, scenario: Scenario, *, embedder=None, details: bool
     gold = scenario.gold
     ents = {e.name: e for e in scenario.entities}
     mem = graph.facts(include_invalid=True)
+    held = {f["id"] for f in mem}
+    gone: dict[int, dict] = {}
+    for f in removed:
+        if not isinstance(f, dict) or not {"id", "subject", "relation", "object", "src", "valid"} <= f.keys():
+            raise ValueError("removed must hold fact dicts as LiquidGraph.record_removed_facts() collects them "
+                             f"(id, subject, relation, object, src, valid), got {f!r:.120}")
+        if f["id"] not in held:
+            gone[f["id"]] = f
+    mem = mem + [{**f, "removed": True} for f in gone.values()]
     nodes = {}
     for nid, d in graph.to_networkx().nodes(data=True):
         if d["block"] == "semantic":
@@ -175,6 +198,7 @@ def operation_quality(graph, scenario: Scenario, *, embedder=None, details: bool
             status = "matched" if ok else "wrong_subject"
             c["n_memory_matched_any"] += 1
         c["n_memory_facts"] += 1
+        c["n_removed"] += bool(f.get("removed"))
         c["n_" + status] += 1
         if status == "matched":
             matched_gold.setdefault(gi, []).append(f)
@@ -185,7 +209,7 @@ def operation_quality(graph, scenario: Scenario, *, embedder=None, details: bool
         if details:
             g = gold[gi] if gi is not None else None
             rows.append({"subject": f["subject"], "relation": f["relation"], "object": f["object"],
-                         "valid": f["valid"], "status": status,
+                         "valid": f["valid"], "removed": bool(f.get("removed")), "status": status,
                          "gold": None if g is None else f"{g.subject} | {g.relation} | {g.object}",
                          "gold_index": gi,
                          "gold_holds": None if g is None else g.superseded is None})
@@ -197,7 +221,7 @@ def operation_quality(graph, scenario: Scenario, *, embedder=None, details: bool
         c["n_superseded"] += 1
         if gi in matched_gold:
             c["n_superseded_stored"] += 1
-            if any(f["valid"] for f in matched_gold[gi]):
+            if any(f["valid"] and not f.get("removed") for f in matched_gold[gi]):
                 c["n_missed_invalidations"] += 1
     ent_rows = {}
     for e in scenario.entities:

@@ -162,7 +162,8 @@ def quality_table(quality):
         return pd.DataFrame()
     rows = []
     for system, df in quality.groupby("system"):
-        counts = {k: int(df[k].sum()) for k in QUALITY_COUNTS}
+        # n_removed is newer than some saved quality.csv files: absent there, nothing was counted as removed
+        counts = {k: int(df[k].sum()) if k in df or k != "n_removed" else 0 for k in QUALITY_COUNTS}
         rows.append({"system": system, "n_scenarios": len(df), **quality_rates(counts), **counts})
     return pd.DataFrame(rows)
 

@@ -40,6 +40,7 @@ package and the models installed.
 from __future__ import annotations
 
 import ast
+import contextlib
 import copy
 import inspect
 import json
@@ -274,39 +275,43 @@ def run_scenario(system: Mapping | str, scenario: Scenario, *, base: Mapping | N
             loading[0] += time.perf_counter() - t
 
     m.backend = timed_backend
+    memory = getattr(cfg, "memory", "graph")
+    scored = quality and scenario.gold and memory == "graph" and getattr(m, "graph", None) is not None
+    removals = m.graph.record_removed_facts() if scored else contextlib.nullcontext([])
     try:
-        for i, ev in enumerate(tqdm(scenario.events, desc=f"{name}/{scenario.name}", disable=not progress,
-                                    leave=False)):
-            t0 = time.perf_counter()
-            load0 = loading[0]
-            if ev.type == "say":
-                text, kw = ev.text, {"source": ev.source or f"{scenario.name}:{i}", "time": ev.time}
-                if ev.speaker:
-                    if takes_speaker:
-                        kw["speaker"] = ev.speaker
-                    else:
-                        text = f"{ev.speaker}: {text}"
-                m.observe(text, **kw)
-                mem_tokens = None
-            else:
-                ans = m.ask(ev.text, time=ev.time)
-                mem_tokens = int(ans.memory_tokens)
-                asks.append({"system": name, "scenario": scenario.name, "family": family, "event": i,
-                             "kind": ev.kind, "question": ev.text, "answer": list(ev.answer),
-                             "response": ans.answer, "correct": bool(is_correct(ans.answer, ev.answer, ev.kind)),
-                             "facts": list(ans.facts), "n_facts": len(ans.facts), "memory_tokens": mem_tokens,
-                             "seconds": time.perf_counter() - t0 - (loading[0] - load0), "n_changes": ev.n_changes,
-                             "distance": ev.distance})
-            turns.append({"system": name, "scenario": scenario.name, "event": i, "type": ev.type,
-                          "seconds": time.perf_counter() - t0 - (loading[0] - load0), "memory_tokens": mem_tokens,
-                          **_graph_stats(m)})
+        with removals as removed:  # what maintenance prunes during the scenario is scored too
+            for i, ev in enumerate(tqdm(scenario.events, desc=f"{name}/{scenario.name}", disable=not progress,
+                                        leave=False)):
+                t0 = time.perf_counter()
+                load0 = loading[0]
+                if ev.type == "say":
+                    text, kw = ev.text, {"source": ev.source or f"{scenario.name}:{i}", "time": ev.time}
+                    if ev.speaker:
+                        if takes_speaker:
+                            kw["speaker"] = ev.speaker
+                        else:
+                            text = f"{ev.speaker}: {text}"
+                    m.observe(text, **kw)
+                    mem_tokens = None
+                else:
+                    ans = m.ask(ev.text, time=ev.time)
+                    mem_tokens = int(ans.memory_tokens)
+                    asks.append({"system": name, "scenario": scenario.name, "family": family, "event": i,
+                                 "kind": ev.kind, "question": ev.text, "answer": list(ev.answer),
+                                 "response": ans.answer,
+                                 "correct": bool(is_correct(ans.answer, ev.answer, ev.kind)),
+                                 "facts": list(ans.facts), "n_facts": len(ans.facts), "memory_tokens": mem_tokens,
+                                 "seconds": time.perf_counter() - t0 - (loading[0] - load0),
+                                 "n_changes": ev.n_changes, "distance": ev.distance})
+                turns.append({"system": name, "scenario": scenario.name, "event": i, "type": ev.type,
+                              "seconds": time.perf_counter() - t0 - (loading[0] - load0),
+                              "memory_tokens": mem_tokens, **_graph_stats(m)})
         q = None
-        memory = getattr(cfg, "memory", "graph")
-        if quality and scenario.gold and memory == "graph" and getattr(m, "graph", None) is not None:
+        if scored:
             from .quality import operation_quality
 
             q = {"system": name, "scenario": scenario.name, "family": family,
-                 **operation_quality(m.graph, scenario)}
+                 **operation_quality(m.graph, scenario, removed=removed)}
         if save_dir is not None:
             m.save(save_dir)
     except BaseException:

@@ -143,6 +143,7 @@ class LiquidGraph:
         self._reset()
         self._snapshots: dict[str, dict] = {}
         self._snap_counter = 0
+        self._removal_sinks: list[list[dict]] = []  # open record_removed_facts() blocks (never saved)
 
     # ------------------------------------------------------------------------------------------
     # state
@@ -371,6 +372,11 @@ class LiquidGraph:
         eids = eids[ed.alive[eids]] if eids.size else eids
         if eids.size == 0:
             return 0
+        if self._removal_sinks:
+            gone = [{**self._edge_dict(e), "alive": False, "removed_tick": int(self.tick)}
+                    for e in eids.tolist() if ed.kind[e] == EDGE_FACT]
+            for sink in self._removal_sinks:
+                sink.extend(gone)
         in_nx = eids[ed.valid[eids]]
         srcs, dsts = ed.src[in_nx].tolist(), ed.dst[in_nx].tolist()
         G = self.G
@@ -707,7 +713,10 @@ class LiquidGraph:
     def reinforce(self, result: Recall, reward: float = 1.0, items: Sequence[int] | None = None) -> int:
         """Strengthen (reward > 0) or weaken (reward < 0) the paths of recalled items.
 
-        Returns the number of distinct edges changed (see :func:`mags_lib.graph.dynamics.reinforce_edges`).
+        A positive reward also counts a use of each edge and refreshes its recency (both protect it
+        from decay); a negative one does neither, and a reward of 0 changes nothing (it is still
+        logged). Returns the number of distinct edges changed (see
+        :func:`mags_lib.graph.dynamics.reinforce_edges`).
         """
         from .dynamics import reinforce_edges
 
@@ -1008,6 +1017,7 @@ class LiquidGraph:
         st = self._state(share=True)
         log, n_log, base = self.oplog, len(self.oplog), self.oplog_base
         snaps, counter = dict(self._snapshots), self._snap_counter
+        sinks = [(sink, len(sink)) for sink in self._removal_sinks]
         try:
             yield self
         except BaseException:
@@ -1015,7 +1025,39 @@ class LiquidGraph:
             del log[n_log:]
             self.oplog, self.oplog_base = log, base
             self._snapshots, self._snap_counter = snaps, counter
+            for sink, n in sinks:  # what the block removed is back
+                del sink[n:]
             raise
+
+    @contextlib.contextmanager
+    def record_removed_facts(self) -> Iterator[list[dict]]:
+        """Collect the fact edges removed from the memory while the block runs.
+
+        Pruning (decay, capacity, a node's removal) and :meth:`forget` take edges out of the stores' live
+        rows, and :meth:`compact` drops them: :meth:`facts` no longer lists them. Inside this block each
+        removed fact edge is appended to the yielded list as :meth:`edge` described it just before it
+        went (``alive`` False, ``removed_tick``: the clock then), so an evaluation can score what the
+        memory held during a run, not only what is left at its end
+        (:func:`mags_lib.game.quality.operation_quality`'s ``removed``). Edges folded into another
+        by a merge of two nodes are not removals (the fact lives on in the edge kept). A
+        :meth:`transaction` that fails takes its removals back out of the list; a :meth:`rollback`
+        may bring a removed edge back (the live one then wins: compare ids). Not part of the state:
+        the list is never saved, and blocks can nest (each gets every removal made inside it).
+
+        >>> from mags_lib.embed import HashEmbedder
+        >>> g = LiquidGraph(HashEmbedder(dim=16))
+        >>> e = g.engram([("Ana", "lives in", "Denver")], source="T1").new_edges[0]
+        >>> with g.record_removed_facts() as gone:
+        ...     _ = g.forget([e])
+        >>> [(f["id"], f["object"], f["alive"]) for f in gone], g.facts()
+        ([(0, 'Denver', False)], [])
+        """
+        sink: list[dict] = []
+        self._removal_sinks.append(sink)
+        try:
+            yield sink
+        finally:
+            self._removal_sinks = [x for x in self._removal_sinks if x is not sink]
 
     def diff(self, a: str, b: str | None = None, *, atol: float = 1e-12) -> GraphDiff:
         """What changed from snapshot ``a`` to snapshot ``b`` (None: the current graph)."""

@@ -98,8 +98,10 @@ def reinforce_edges(g, eids: Sequence[int], reward: float, cfg=None) -> int:
     """Reward-path strengthening of edges ``eids`` (unlogged; see :meth:`LiquidGraph.reinforce`).
 
     ``eids`` are edge ids (as recall reports them); removed or superseded edges are skipped.
-    ``reward > 0``: ``s += reward_rate * reward * (1 - s)``; ``reward < 0``:
-    ``s *= 1 + reward_rate * reward`` (floored at :data:`MIN_STRENGTH`).
+    ``reward > 0``: ``s += reward_rate * reward * (1 - s)``, a use counted and the edge's recency
+    refreshed; ``reward < 0``: ``s *= 1 + reward_rate * reward`` (floored at :data:`MIN_STRENGTH`),
+    neither a use nor a refresh (both protect an edge from decay: a punished path must not gain
+    either); ``reward == 0`` changes nothing (returns 0).
     """
     cfg = cfg or g.config.dynamics
     ed = g.edges
@@ -112,12 +114,14 @@ def reinforce_edges(g, eids: Sequence[int], reward: float, cfg=None) -> int:
     if e.size == 0:
         return 0
     r = float(reward)
-    if r >= 0:
+    if r > 0:
         ed.strength[e] += cfg.reward_rate * r * (1.0 - ed.strength[e])
         ed.uses[e] += 1
-    else:
+        ed.last_used[e] = g.tick
+    elif r < 0:
         ed.strength[e] = np.maximum(ed.strength[e] * (1.0 + cfg.reward_rate * r), MIN_STRENGTH)
-    ed.last_used[e] = g.tick
+    else:
+        return 0
     return int(e.size)
 
 
