@@ -125,6 +125,49 @@ def test_times_with_utc_offsets_order_by_the_moment_they_name(later_first):
     assert instant_key("2023-05-08T23:00:30.5-0500") == "2023-05-09T04:00:30.500000"
     assert instant_key("2023-05-08T23:00+25:00") == "2023-05-08T23:00+25:00"  # no such offset: as written
 
+
+def test_a_time_past_the_calendars_end_in_utc_neither_crashes_nor_half_writes_the_graph():
+    # 23:00 at UTC-5 on 31 December 9999 is in the year 10000 in UTC: converting it raised OverflowError inside
+    # engram after its entity nodes were created (unlogged: the replay differed), and in episodes() after a load
+    g = LiquidGraph(TableEmbedder(dim=64))
+    ep = g.add_episode("Ann lives in Paris.", source="a", time="9999-12-31T23:00-05:00")
+    g.engram([("Ann", "lives in", "Paris")], episode=ep)
+    assert [f["object"] for f in g.facts()] == ["Paris"]
+    assert g.replayed().equals(g) and [d["source"] for d in g.episodes()] == ["a"]
+    assert instant_key("0001-01-01T00:30+01:00") == "0001-01-01T00:30+01:00"  # before year 1 in UTC: as written
+
+
+@pytest.mark.parametrize("first,second,rome_holds", [
+    ("2023-05-08T10:00:00+00:00", "2023-05-08T10:00Z", True),  # one moment written two ways: a tie, the newer holds
+    ("2023-05-08T10:00:00", "2023-05-08T10:00", True),  # a datetime's isoformat() against the same time typed
+    ("2023-05-08T10:00", "2023-05-08", True),  # a date alone does not say it was before 10:00 that day
+    ("2023-05-08", "2023-05-08T10:00", True),
+    ("2023-05-08T10:00", "2023-05-08T09:59:59", False),  # strictly earlier: history
+])
+def test_time_order_compares_moments_not_how_precisely_they_are_written(first, second, rome_holds):
+    # Paris is read first, then Rome: Rome used to be stored as history whenever its time's text sorted first
+    g = LiquidGraph(TableEmbedder(dim=64))
+    for city, time in (("Paris", first), ("Rome", second)):
+        ep = g.add_episode(f"Ann lives in {city}.", source=city, time=time)
+        g.engram([("Ann", "lives in", city)], episode=ep)
+    assert {f["object"]: f["valid"] for f in g.facts(include_invalid=True)} == {"Paris": not rome_holds,
+                                                                                "Rome": rome_holds}
+
+
+def test_orders_and_ends_read_times_by_the_moment_they_name():
+    # the space form (as pandas prints times) sorted before every T form of its day, and kept its offset
+    assert chronological_order(["2023-05-08 13:56", "2023-05-08T09:00"]) == [1, 0]
+    assert chronological_order(["2023-05-08 23:00-05:00", "2023-05-09T01:00"]) == [1, 0]
+    # what an episode said stopped being true at the latest supersession by moment, not by text
+    g = LiquidGraph(TableEmbedder(dim=64))
+    e1 = g.add_episode("Ann lives in Paris and works at Acme.", source="1", time="2023-05-01")
+    g.engram([("Ann", "lives in", "Paris"), ("Ann", "works at", "Acme")], episode=e1)
+    e2 = g.add_episode("Ann lives in Rome.", source="2", time="2023-05-09T01:00+00:00")
+    g.engram([("Ann", "lives in", "Rome")], episode=e2)
+    e3 = g.add_episode("Ann works at Beta.", source="3", time="2023-05-08T23:00-05:00")  # 04:00 UTC on the 9th
+    g.engram([("Ann", "works at", "Beta")], episode=e3)
+    assert g.episode_until(e1) == "2023-05-08T23:00-05:00"
+
 def test_a_time_with_spaces_around_it_still_dates_the_turn():
     # a time read from a file with its newline: kept as written, it was no ISO date, so a query naming a
     # year could not tell that the turn was said in another one

@@ -614,7 +614,7 @@ class LiquidGraph:
             return None
         ends = [t for t in (ed.valid_to_time[e] for e in mine) if t]
         iso = [t for t in ends if is_iso_time(t)]
-        return max(iso) if iso else (ends[-1] if ends else None)
+        return max(iso, key=instant_key) if iso else (ends[-1] if ends else None)
 
     def search_episodes(self, query: str | Sequence[str], k: int = 10) -> list[RecallItem]:
         """The ``k`` episodes most similar to the query by cosine, best first (exact search).

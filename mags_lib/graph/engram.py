@@ -50,7 +50,7 @@ import numpy as np
 from .core import _as_triplets, norm_key
 from .model import EngramReport
 from .store import EDGE_ASSOC, EDGE_FACT, EDGE_MENTION, KIND_ENTITY, KIND_EPISODE
-from .values import earliest_time, instant_key
+from .values import earliest_time, instant_key, said_after
 
 __all__ = ["ASSOC_RELATION", "MENTION_RELATION", "engram", "fact_time", "gat_attention", "reconcile_subject",
            "relation_kind", "same_kind", "supersede", "typed_signature"]
@@ -223,7 +223,6 @@ def engram(g, triplets, *, episode: str | None = None, source: str | None = None
     n_access, n_last, n_imp = nd.access, nd.last_access, nd.importance  # views; no node is added below
     call_edges: set[int] = set()  # facts this call wrote: one observation never supersedes its own facts
     when = _iso_day(nd.meta[ep_idx].get("time") if ep_idx is not None else None) or _iso_day(time)
-    when_key = instant_key(when)  # compared by the moment it names (once, not per fact)
     # when the observation was said, as given: a fact's validity interval in time starts (and a
     # superseded one ends) there; without it the interval is in ticks only
     said = (nd.meta[ep_idx].get("time") if ep_idx is not None else None) or time
@@ -265,7 +264,7 @@ def engram(g, triplets, *, episode: str | None = None, source: str | None = None
                             rivals.append(x)
                 rivals.sort()  # id order, not adjacency order
             if rivals and cfg.time_order and when is not None:
-                later = [x for x in rivals if instant_key(fact_time(g, x) or "") > when_key]
+                later = [x for x in rivals if said_after(fact_time(g, x), when)]
                 if later:  # said before what memory holds: stored as history, superseded by the newer fact
                     e = g._add_edge(si, oi, rid, EDGE_FACT, cfg.init_strength, cfg.init_confidence, episodes,
                                     sources, valid=False, time=said)
@@ -483,11 +482,11 @@ def relation_kind(g, key: str) -> tuple[str, bool]:
 def _first_said_after(g, edges, when: str) -> str | None:
     """The earliest ISO time after ``when`` at which one of ``edges`` was said (their episodes' times; an edge
     written without an episode, the time it was stated at)."""
-    nd, after = g.nodes, instant_key(when)
+    nd = g.nodes
     times = [t for e in edges for r in map(g._ep_row, g.edges.episodes[e]) if r >= 0
-             for t in (_iso_day(nd.meta[r].get("time")),) if t and instant_key(t) > after]
+             for t in (_iso_day(nd.meta[r].get("time")),) if said_after(t, when)]
     times += [t for e in edges if not g.edges.episodes[e]
-              for t in (_iso_day(g.edges.valid_from_time[e]),) if t and instant_key(t) > after]
+              for t in (_iso_day(g.edges.valid_from_time[e]),) if said_after(t, when)]
     return min(times, key=instant_key) if times else None
 
 

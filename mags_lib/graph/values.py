@@ -27,7 +27,7 @@ from collections.abc import Sequence
 import numpy as np
 
 __all__ = ["chronological_order", "clean_int", "clean_source", "clean_text", "clean_time", "clean_unit",
-           "earliest_time", "instant_key", "is_iso_time", "parse_session_date", "time_order_key"]
+           "earliest_time", "instant_key", "is_iso_time", "parse_session_date", "said_after", "time_order_key"]
 
 
 def clean_text(text: object, name: str = "text", *, allow_empty: bool = False) -> str:
@@ -105,31 +105,55 @@ def is_iso_time(value: str | None) -> bool:
     return bool(value) and _ISO_DATE.match(value) is not None
 
 
-_ISO_ZONED = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}(:\d{2}(\.\d{1,6})?)?(Z|[+-]\d{2}:?\d{2})")
+_ISO_DATETIME = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}(?::\d{2}(?::\d{2}(?:\.\d{1,6})?)?)?(Z|[+-]\d{2}:?\d{2})?")
 
 
 def instant_key(value: str | None) -> str | None:
-    """An observation time as text that sorts by the moment it names: an ISO time with a UTC offset (or ``Z``)
-    is written in UTC, without the offset and to the precision given; anything else is returned as is.
+    """An observation time as text that sorts by the moment it names: an ISO date and time is written in UTC
+    when it has a UTC offset (or ``Z``), without the offset, and to the precision it needs (``10:00:00`` and
+    ``10:00`` are one key); a date alone, and anything else, is returned as is.
 
     The memory compares and orders times as text, and keeps and shows them as written: ``2023-05-08T23:00-05:00``
-    is four hours after ``2023-05-09T01:00+00:00`` although its text sorts first. A time without an offset is
-    taken as written (its zone is unknown).
+    is four hours after ``2023-05-09T01:00+00:00`` although its text sorts first, and ``2023-05-08T10:00:00`` is
+    the moment ``2023-05-08T10:00`` names although its text sorts after it. A time without an offset is taken as
+    written (its zone is unknown). A date alone sorts before the times of its day: :func:`said_after` does not
+    count those as later. A time the calendar cannot convert (out of range, a 25th hour) is kept as written.
 
     >>> instant_key("2023-05-08T23:00-05:00"), instant_key("2023-05-09T01:00Z"), instant_key("2023-05-08")
     ('2023-05-09T04:00', '2023-05-09T01:00', '2023-05-08')
+    >>> instant_key("2023-05-08T10:00:00"), instant_key("2023-05-08T10:00:00.500+00:00")
+    ('2023-05-08T10:00', '2023-05-08T10:00:00.500000')
+    >>> instant_key("9999-12-31T23:00-05:00")  # past the calendar's end in UTC: as written
+    '9999-12-31T23:00-05:00'
     """
     if not isinstance(value, str):
         return value
-    m = _ISO_ZONED.fullmatch(value)
+    m = _ISO_DATETIME.fullmatch(value)
     if m is None:
         return value
     try:
         moment = _dt.datetime.fromisoformat(value)
-    except ValueError:  # an offset out of range, a 25th hour: not a time, kept as written
+        if m.group(1) is not None:
+            moment = moment.astimezone(_dt.timezone.utc).replace(tzinfo=None)
+    except (ValueError, OverflowError):  # an offset out of range, a 25th hour, past year 9999 in UTC
         return value
-    spec = "minutes" if m.group(1) is None else "seconds" if m.group(2) is None else "microseconds"
-    return moment.astimezone(_dt.timezone.utc).replace(tzinfo=None).isoformat(timespec=spec)
+    spec = "microseconds" if moment.microsecond else "seconds" if moment.second else "minutes"
+    return moment.isoformat(timespec=spec)
+
+
+def said_after(a: str | None, b: str | None) -> bool:
+    """Whether time ``a`` is later than time ``b`` by the moments they name (:func:`instant_key`); a date alone
+    is neither before nor after the times of its own day (it does not say when in the day).
+
+    >>> said_after("2023-05-08T10:00", "2023-05-08"), said_after("2023-05-09", "2023-05-08T23:59")
+    (False, True)
+    >>> said_after("2023-05-08T10:00:00+00:00", "2023-05-08T10:00Z"), said_after("2023-05-08T23:00-05:00", "2023-05-09T01:00")
+    (False, True)
+    """
+    if not a or not b:
+        return False
+    ka, kb = instant_key(a), instant_key(b)
+    return ka > kb and not (len(kb) == 10 and ka.startswith(kb))
 
 
 def earliest_time(a: str | None, b: str | None) -> str | None:
@@ -151,13 +175,15 @@ def time_order_key(value: str | None) -> str | None:
 
     >>> time_order_key("2023-05-08T13:56"), time_order_key("1:56 pm on 8 May, 2023"), time_order_key("8 May 2023")
     ('2023-05-08T13:56', '2023-05-08T13:56', '2023-05-08')
+    >>> time_order_key("2023-05-08 23:00-05:00")  # the space form, as pandas prints times, in UTC too
+    '2023-05-09T04:00'
     >>> time_order_key("last summer"), time_order_key(None)
     (None, None)
     """
     if not isinstance(value, str) or not value.strip():
         return None
     value = " ".join(value.split())
-    return instant_key(value) if is_iso_time(value) else parse_session_date(value)
+    return instant_key(_iso_form(value) or value) if is_iso_time(value) else parse_session_date(value)
 
 
 def chronological_order(times: Sequence[str | None]) -> list[int]:
