@@ -140,9 +140,26 @@ def test_labels_name_the_date_in_words():
     "We haven't talked in a few days", "Rome wasn't built in a day", "first time in two weeks",  # durations
     "last Friday (14 July)", "yesterday, 7 May 2023, was fun", "last year, 2022, was hard",  # already absolute
     "I last sat down", "the sun set",  # lower-case abbreviations are words
+    # the tail of a longer number ("one years ago", "5 years ago" were read: off by 20 and by 2.5 years)
+    "I moved here twenty-one years ago.", "We met twenty five years ago.", "I started the job 2.5 years ago.",
+    "That was a hundred days ago.",
+    "The exam is a week from today.",  # an offset from the day ("today" was read)
+    "We went camping last weekend in May.",  # May's, not the weekend before the reference
+    "I quit last month (June 2023).", "It closed last year, in 2022.",  # already absolute
 ])
 def test_what_is_not_resolved(text):
     assert resolve_relative_dates(text, "2023-07-15") == []
+
+
+def test_day_before_yesterday_without_the_and_counts_that_stand_alone():
+    # "Day before yesterday" was read as "yesterday" (07-09)
+    assert [(s.phrase, s.value) for s in resolve_relative_dates("Day before yesterday I ran a 5k.", "2023-07-10")] \
+        == [("Day before yesterday", "2023-07-08")]
+    assert [s.value for s in resolve_relative_dates("See you day after tomorrow!", "2023-07-10")] == ["2023-07-12"]
+    assert [s.value for s in resolve_relative_dates("We met 21 years ago, in two days it is 22.", "2023-07-10")] == \
+        ["2002", "2023-07-12"]
+    assert [s.value for s in resolve_relative_dates("I was sick last week in bed.", "2023-07-10")] == \
+        ["2023-07-03/2023-07-09"]
 
 
 def test_resolved_within_larger_text_and_possessives():

@@ -10,7 +10,7 @@ phrase                                       granularity   resolved (said on Mon
 ===========================================  ============  ==============================================
 today, tonight, this morning/afternoon/...   day           2023-05-08
 yesterday, last night                        day           2023-05-07
-the day before yesterday                     day           2023-05-06
+(the) day before yesterday                   day           2023-05-06
 tomorrow, the day after tomorrow             day           2023-05-09, 2023-05-10
 last / next <weekday>                        day           the nearest one strictly before / after
 this <weekday>                               day           that weekday of the current week (Mon-Sun)
@@ -39,10 +39,14 @@ What is **not** resolved (each is a rule below, tested in ``tests/test_relative_
   past or future is the tense's call, not the word's);
 * a phrase after "the" or a possessive ("the last week", "for the last month", "my last year of
   college", "his last Friday"): a duration or a final item, not a calendar date;
-* a phrase followed by "of" ("last week of May", "last night of the trip");
+* a phrase followed by "of" ("last week of May", "last night of the trip") or by "in" and a month ("last
+  weekend in May");
+* a count that is the tail of a longer number ("twenty-one years ago", "2.5 years ago"): numbers above twenty
+  are not read, and a part of one is not read either;
+* a day phrase after "from" ("a week from today"): an offset from that day;
 * "last/next <weekday>" followed by a capitalised word other than "I" ("last Sunday Times"): a name;
 * a phrase directly followed by the absolute date it stands for ("last Friday (14 July)",
-  "yesterday, 7 May 2023", "last year, 2022"): the text already says it;
+  "yesterday, 7 May 2023", "last year, 2022", "last month (June 2023)"): the text already says it;
 * "in N days/weeks" in a negated clause ("haven't talked in a few days", "wasn't built in a day")
   or after "first time": a duration, not a future date.
 
@@ -89,7 +93,8 @@ _WEEKDAY = r"(?:" + "|".join(_WEEKDAYS) + r")|(?-i:" + "|".join(sorted(_WEEKDAY_
 
 _PATTERN = re.compile(
     r"\b(?:"
-    r"(?P<day_rel>the\s+day\s+before\s+yesterday|the\s+day\s+after\s+tomorrow|yesterday|today|tonight|tomorrow"
+    r"(?P<day_rel>(?:the\s+)?day\s+before\s+yesterday|(?:the\s+)?day\s+after\s+tomorrow|yesterday|today|tonight"
+    r"|tomorrow"
     r"|last\s+night|this\s+(?:morning|afternoon|evening))"
     rf"|(?P<wd_rel>last|next|this\s+past|this\s+coming|this)\s+(?P<wd>{_WEEKDAY})"
     r"|(?P<unit_rel>last|next|this\s+past|this)\s+(?P<unit>week|weekend|month|year)"
@@ -101,6 +106,9 @@ _PATTERN = re.compile(
 _DAY_OFFSETS = {"the day before yesterday": -2, "yesterday": -1, "last night": -1, "today": 0, "tonight": 0,
                 "this morning": 0, "this afternoon": 0, "this evening": 0, "tomorrow": 1,
                 "the day after tomorrow": 2}
+# the end of a longer number a count may be the tail of: "twenty-one years ago", "2.5 years ago", "1,000 days"
+_NUMBER_GOES_ON = re.compile(r"(?:\d[.,]|\b(?:twenty|thirty|forty|fifty|sixty|seventy|eighty|ninety|hundred|thousand)"
+                             r"[\s-]+)$", re.IGNORECASE)
 _DETERMINERS = {"the", "my", "your", "his", "its", "our", "their", "whose"}  # not "her": "I saw her last week"
 _HEDGES = re.compile(r"\b(?:about|around|roughly|nearly|almost|approximately)\s+$", re.IGNORECASE)
 _NEGATED_CLAUSE = re.compile(r"(?:n't|n’t|\bnot\b|\bnever\b|\bno\b|\bfirst\s+time\b)[^.,;:!?()\-–—]*$",
@@ -109,7 +117,7 @@ _MONTH_RE = (r"(?:" + "|".join(m.lower() for m in _MONTH_NAMES)
              + r"|jan|feb|mar|apr|jun|jul|aug|sep|sept|oct|nov|dec)\b\.?")
 _ABSOLUTE_AFTER = re.compile(
     r"\s*[,(\[:–—-]?\s*(?:on\s+|in\s+)?(?:\d{4}-\d{2}(?:-\d{2})?\b|\d{1,2}(?:st|nd|rd|th)?\s+" + _MONTH_RE
-    + r"|" + _MONTH_RE + r"\s+\d{1,2}\b|(?:19|20)\d{2}\b)", re.IGNORECASE)
+    + r"|" + _MONTH_RE + r"\s+(?:\d{1,2}|(?:19|20)\d{2})\b|(?:19|20)\d{2}\b)", re.IGNORECASE)
 
 
 @dataclass(frozen=True)
@@ -232,6 +240,7 @@ def _resolve(m: re.Match, ref: _dt.date) -> tuple[str, str, _dt.date, _dt.date, 
     try:
         if g["day_rel"]:
             key = " ".join(g["day_rel"].lower().split())
+            key = "the " + key if key.startswith("day ") else key  # "Day before yesterday I ran"
             d = ref + _DAY_OFFSETS[key] * day
             kind = "this morning/afternoon/evening" if key.startswith("this ") else key
             return kind, "day", d, d, False
@@ -295,6 +304,12 @@ def _skipped(m: re.Match, text: str) -> bool:
         return True  # "the last week", "my last year of college"
     if calendar and re.match(r"\s+of\b", after, re.IGNORECASE):
         return True  # "last week of May", "last night of the trip"
+    if calendar and re.match(r"\s+in\s+" + _MONTH_RE, after, re.IGNORECASE):
+        return True  # "last weekend in May": that month's, not the one before the reference
+    if (g["ago_n"] or g["in_n"]) and _NUMBER_GOES_ON.search(before):
+        return True  # "twenty-one years ago": only numbers up to twenty are read, never the tail of a longer one
+    if g["day_rel"] and re.search(r"\bfrom\s+$", before, re.IGNORECASE):
+        return True  # "a week from today": an offset from the day, not the day
     if g["wd"] and re.match(r"\s+(?!I\b|I['’])[A-Z]", after):
         return True  # "last Sunday Times": a name goes on
     if g["in_unit"] and _NEGATED_CLAUSE.search(before):
