@@ -63,6 +63,7 @@ model, recall); ``none``: nothing (the reader alone); ``full_context``: the raw 
 kept, as many as fit the reader's window; ``rag``: the ``recall_k`` raw observations most similar to
 the question by embedding (static: never updated, no write or ask model call)."""
 CONSOLIDATED_WHEN = ("always", "closed_book", "fallback")  # MAGSConfig.consolidated_when
+DATE_STYLES = ("iso", "day_month_year")  # MAGSConfig.date_style: how the reader's memory block writes a date
 
 
 class MAGSFormatError(ValueError):
@@ -133,6 +134,9 @@ class MAGSConfig:
     stop_repeats: bool = True  # ask / write: decoding ends at the first repeated tag, which adds no operation
     # (a looping model spends its budget on one triplet and is cut off mid-tag; False: decode as it loops)
     answer_stop: tuple | None = None  # strings that end the answer (None: the answer prompt spec's, a newline)
+    date_style: str = "iso"  # dates in the reader's memory block: iso (2023-05-08) | day_month_year (8 May 2023,
+    # the form LoCoMo's gold answers take: an ISO date copied into an answer scores 0 there); both are in the
+    # answer role's training data
     consolidated_when: str = "always"  # when a consolidation adapter (set_consolidated) answers: always |
     # closed_book: only with an empty memory block (recall=False, or nothing recalled); recalled facts are read
     # by the answer model alone, so a value that changed after the consolidation is not fought by the adapter |
@@ -200,6 +204,8 @@ class MAGSConfig:
             if not isinstance(self.graph, GraphConfig):
                 raise TypeError(f"graph must be a GraphConfig or None, got {type(self.graph).__name__}")
         _dynamics_switches(self.dynamics)  # validates switch names
+        if self.date_style not in DATE_STYLES:
+            raise ValueError(f"date_style must be one of {DATE_STYLES}, got {self.date_style!r}")
         if self.consolidated_when not in CONSOLIDATED_WHEN:
             raise ValueError(f"consolidated_when must be one of {CONSOLIDATED_WHEN}, got {self.consolidated_when!r}")
         if self.answer_stop is not None:
@@ -493,11 +499,23 @@ def resolve_triplet_dates(triplet: Sequence[str], time: str | None) -> tuple[str
     return (resolve_date_field(s, time) or s, r, resolve_date_field(o, time) or o)
 
 
-def _date_part(time: str | None) -> str | None:
-    """The date of an ISO time stamp (``2023-05-08T13:56`` -> ``2023-05-08``); other strings as is."""
-    if time and re.match(r"\d{4}-\d{2}-\d{2}T", time):
-        return time[:10]
-    return time
+_MONTHS = ("January", "February", "March", "April", "May", "June", "July", "August", "September", "October",
+           "November", "December")
+
+
+def _date_part(time: str | None, style: str = "iso") -> str | None:
+    """The date of an ISO time stamp (``2023-05-08T13:56`` -> ``2023-05-08``, or ``8 May 2023`` in the
+    ``day_month_year`` style); other strings as is.
+
+    >>> _date_part("2023-05-08T13:56"), _date_part("2023-05-08", "day_month_year"), _date_part("May", "day_month_year")
+    ('2023-05-08', '8 May 2023', 'May')
+    """
+    m = re.match(r"(\d{4})-(\d{2})-(\d{2})(?:T|$)", time) if time else None
+    if m is None:
+        return time
+    if style == "day_month_year" and 1 <= int(m.group(2)) <= 12:
+        return f"{int(m.group(3))} {_MONTHS[int(m.group(2)) - 1]} {m.group(1)}"
+    return time[:10]
 
 
 def _alive_node(g: Any, node_id: str) -> bool:
@@ -919,8 +937,9 @@ class MAGS:
         fact the time it was first said. Items the graph does not know (hand-made) show their text.
         """
         text, time_, current, speaker, until = self._item_fields(item)
-        return P.format_item(text, time=_date_part(time_), current=current, speaker=speaker,
-                             until=_date_part(until))
+        style = self.config.date_style
+        return P.format_item(text, time=_date_part(time_, style), current=current, speaker=speaker,
+                             until=_date_part(until, style))
 
     def _item_fields(self, item: Any) -> tuple[str, str | None, bool | None, str | None, str | None]:
         """What :meth:`render_item` shows of ``item``: text, time, current, speaker, until."""

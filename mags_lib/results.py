@@ -314,7 +314,10 @@ def _x70(d: Mapping, src: str) -> list:
     for retriever, r in (d.get("recall") or {}).items():
         for key, v in r.items():
             if key.startswith("recall@") and " " not in key:
-                out.append(record(f"{retriever} {key}", v, "recall", n=r.get("n_questions"), source=src))
+                # the means leave out the questions without evidence: n is what they average
+                n = r.get("n_questions")
+                n = None if n is None else n - (r.get("n_no_evidence") or 0)
+                out.append(record(f"{retriever} {key}", v, "recall", n=n, source=src))
     for system, q in (d.get("qa") or {}).items():
         out.append(record(f"{system} QA", q.get("f1"), "F1", n=q.get("n_questions"), source=src))
     return out

@@ -167,6 +167,64 @@ def test_answer_questions_scores_and_maps_options(tiny):
     assert s["f1"] == pytest.approx(0.5) and s["f1 cat5"] == 1.0 and s["memory_tokens_mean"] == pytest.approx(25 / 3)
 
 
+def test_the_overall_qa_f1_weighs_each_sampled_cell_by_the_questions_it_stands_for():
+    # the QA sample takes equal numbers per category; its plain mean was reported as LoCoMo's overall F1
+    def row(sid, cat, f1):
+        return {"system": "s", "sample_id": sid, "category": cat, "f1": f1, "context_recall": None,
+                "memory_tokens": 1, "seconds": 0.1}
+
+    rows = [row("a", 4, 1.0), row("a", 4, 0.0), row("a", 3, 0.0), row("b", 4, 1.0), row("b", 3, 1.0)]
+    pop = {("a", 4): 30, ("a", 3): 10, ("b", 4): 50, ("b", 3): 10, ("b", 1): 7}
+    d = E.summarise_qa(rows, pop)[0]
+    assert d["f1_sample"] == pytest.approx(0.6)  # what was reported
+    assert d["f1"] == pytest.approx((30 * 0.5 + 10 * 0.0 + 50 * 1.0 + 10 * 1.0) / 100)
+    assert d["f1 cat4"] == pytest.approx((30 * 0.5 + 50 * 1.0) / 80) and d["f1 cat3"] == pytest.approx(0.5)
+    assert d["n_population"] == 100 and d["n_population_unsampled"] == 7 and d["n cat4"] == 3
+    assert E.summarise_qa(rows)[0]["f1"] == pytest.approx(0.6)  # no population: the plain mean, as documented
+    with pytest.raises(ValueError, match="no count"):
+        E.summarise_qa(rows, {("a", 4): 30})
+    res = E.BenchResult(config=_cfg(), recall_rows=[], qa_rows=rows, survival_rows=[], curve_rows=[], ingest=[],
+                        skipped=[], quirks={}, embedders=[], qa_population=pop)
+    assert res.metrics()["qa"]["s"]["f1"] == pytest.approx(0.75)
+    from mags_lib.bench.locomo_report import qa_table, quirks_table
+
+    t = qa_table(res)
+    assert t.loc["s", "overall"] == pytest.approx(0.75) and t.loc["s", "sample mean"] == pytest.approx(0.6)
+    assert len(quirks_table({})) == 0  # a file with no quirks: an empty table (was a KeyError in notebook 70)
+
+
+def test_category_five_abstentions_map_to_not_mentioned_however_written():
+    opts = {"a": "Yes", "b": L.CAT5_NOT_MENTIONED}
+    own = "I don't know: that is not in my memory."
+    for reply in (own, own.rstrip("."), own.lower(), "I don't know.", "Not in my memory."):
+        assert E.map_cat5_reply(reply, opts, own) == L.CAT5_NOT_MENTIONED, reply
+    assert E.map_cat5_reply("Yes, he did.", opts, own) == "Yes, he did."
+
+
+def test_the_readers_memory_writes_dates_as_locomos_answers_do(tiny):
+    # the memory block showed (2023-01-20): a date copied from it scores 0 against LoCoMo's "20 January 2023"
+    assert L.qa_score("2023-01-20", "20 January 2023", 2) == 0.0
+    res = E.run_benchmark(tiny, _cfg(), token_counter=len, progress=False)
+    m = res.memories["tiny/episodes"]
+    ep = m.graph.recall("banker", k=1).items[0]
+    assert m.config.date_style == "day_month_year"
+    assert m.render_item(ep).startswith("(20 January 2023) Jon: I lost my job")
+    iso = E.run_benchmark(tiny, _cfg(date_style="iso"), token_counter=len, progress=False).memories["tiny/episodes"]
+    assert iso.render_item(iso.graph.recall("banker", k=1).items[0]).startswith("(2023-01-20) Jon:")
+    from mags_lib.agent import MAGSConfig
+
+    with pytest.raises(ValueError, match="date_style"):
+        MAGSConfig(date_style="words")
+
+
+def test_recall_records_count_the_questions_their_means_average():
+    from mags_lib.results import extract_records
+
+    d = {"recall": {"bm25": {"recall@5": 0.5, "n_questions": 10, "n_no_evidence": 2}}, "qa": {}}
+    rec = extract_records("70_locomo_benchmark", d)
+    assert [(r["name"], r["n"]) for r in rec] == [("bm25 recall@5", 8)]
+
+
 def _cfg(**kw):
     base = {"embedder": "hash", "ks": (1, 5), "latency_k": 5, "mags_writes": ("episodes",), "qa_systems": (),
                 "model_conversations": 0}
@@ -193,6 +251,7 @@ def test_run_benchmark_without_models(tiny, tmp_path):
     assert m["evidence_survival"]["episodes"]["fact_alive"] == 0.0  # episodes only: no facts
     assert [c["evidence_seen"] for c in res.curve_rows] == [3, 6]
     assert res.ingest[0]["turns"] == 6 and res.ingest[0]["graph"]["n_episodes"] == 6
+    assert res.qa_population == {("tiny", 4): 3, ("tiny", 1): 1, ("tiny", 5): 1, ("tiny", 2): 1}
     assert json.dumps(m, default=str)
 
 

@@ -61,13 +61,15 @@ import math
 import os
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from ..protocol import abstains
 from .embedders import bench_embedder
 from .locomo import (
     CAT5_NOT_MENTIONED,
@@ -77,6 +79,7 @@ from .locomo import (
     Question,
     Turn,
     evidence_recall,
+    normalize_answer,
     qa_score,
 )
 from .retrieval import BM25Retriever, DenseRetriever, Doc, MAGSRetriever, RRFRetriever
@@ -171,6 +174,8 @@ class LoCoMoBenchConfig:
     seed: int = 0  # question sampling, option order of adversarial questions, the models' seed
     n_threads: int = 0  # llama.cpp threads (0: the backend's default)
     mags_kwargs: dict = field(default_factory=dict)  # extra MAGSConfig fields for every MAGS built
+    date_style: str = "day_month_year"  # dates in the reader's memory (MAGSConfig.date_style): LoCoMo's gold answers
+    # write "8 May 2023"; a date copied as 2023-05-08 scores 0 (normalised to "20230508")
     recall_variants: tuple[str, ...] = ()  # RECALL_VARIANTS also evaluated on each MAGS memory (same memory)
 
     def __post_init__(self) -> None:
@@ -203,6 +208,8 @@ class LoCoMoBenchConfig:
             raise ValueError(f"qa_systems takes 'none', 'rag', 'full_context', 'graph', got {sorted(bad)}")
         if not isinstance(self.mags_kwargs, dict):
             raise TypeError("mags_kwargs must be a dict of MAGSConfig fields")
+        if self.date_style not in ("iso", "day_month_year"):  # MAGSConfig's DATE_STYLES (checked here, before a run)
+            raise ValueError(f"date_style must be 'iso' or 'day_month_year', got {self.date_style!r}")
 
     @classmethod
     def for_profile(cls, profile: str, **overrides: Any) -> LoCoMoBenchConfig:
@@ -462,18 +469,22 @@ def map_cat5_reply(reply: str, options: dict[str, str], abstain: str | None = No
 
     A reply that is only an option letter, with or without parentheses, becomes that option's
     text; the reader's own abstention sentence (``abstain``, the protocol's "not in my memory"
-    reply) becomes "Not mentioned in the conversation"; anything else is kept as it is.
+    reply, compared after LoCoMo's normalisation: case, punctuation) or any other abstention
+    (:func:`mags_lib.protocol.abstains`, the one list every scorer uses) becomes "Not mentioned in
+    the conversation"; anything else is kept as it is.
 
     >>> opts = {"a": "Yes", "b": "Not mentioned in the conversation"}
     >>> map_cat5_reply("(b)", opts), map_cat5_reply("a", opts), map_cat5_reply("Maybe", opts)
     ('Not mentioned in the conversation', 'Yes', 'Maybe')
     >>> map_cat5_reply("I don't know.", opts, abstain="I don't know.")
     'Not mentioned in the conversation'
+    >>> map_cat5_reply("i don't know: that is not in my memory", opts, abstain="I don't know: that is not in my memory.")
+    'Not mentioned in the conversation'
     """
     r = reply.strip().lower().rstrip(".")
     if r in ("a", "(a)", "b", "(b)"):
         return options[r.strip("()")]
-    if abstain and reply.strip() == abstain.strip():
+    if abstain and (normalize_answer(reply) == normalize_answer(abstain) or abstains(reply)):
         return CAT5_NOT_MENTIONED
     return reply
 
@@ -544,8 +555,34 @@ def summarise_by_conversation(rows: Sequence[dict], ks: Sequence[int] = (5, 10, 
             for sid in dict.fromkeys(r["sample_id"] for r in rows)}
 
 
-def summarise_qa(rows: Sequence[dict]) -> list[dict]:
-    """Per system: QA F1 per category and overall, memory tokens, seconds per question."""
+def _post_stratified(cells: Mapping[tuple[str, int], list[float]], population: Mapping[tuple[str, int], int],
+                     category: int | None) -> tuple[float | None, int]:
+    """The mean of the sampled cells' means (of one category, or all), each weighted by its population; and
+    the population the sampled cells stand for."""
+    w = {cell: population[cell] for cell in cells if category is None or cell[1] == category}
+    tot = sum(w.values())
+    return (sum(w[cell] * float(np.mean(cells[cell])) for cell in w) / tot if tot else None), tot
+
+
+def summarise_qa(rows: Sequence[dict], population: Mapping[tuple[str, int], int] | None = None) -> list[dict]:
+    """Per system: QA F1 per category and overall, memory tokens, seconds per question.
+
+    ``population``: how many questions each (conversation, category) cell of the benchmark holds. The QA sample
+    (:func:`select_questions`) takes the same number of questions from each category of a conversation, so its
+    plain mean over-weights the rare categories (open-domain is 5 % of LoCoMo's questions and a fifth of a
+    default sample) and under-weights single-hop (42 %). Given the population, ``f1`` and ``f1 cat<c>`` are
+    post-stratified: the mean F1 of each sampled cell weighted by the questions it stands for, an estimate of
+    the mean over every question of the conversations read (LoCoMo's overall); ``f1_sample`` is the plain mean
+    of the sample, ``n_population`` the questions the sampled cells stand for and ``n_population_unsampled``
+    those of cells with no sampled question (left out). Without it ``f1`` is the plain mean (equal when every
+    question was read).
+
+    >>> rows = [{"system": "s", "sample_id": "c", "category": c, "f1": f, "context_recall": None,
+    ...          "memory_tokens": 0, "seconds": 0.0} for c, f in ((4, 1.0), (3, 0.0))]
+    >>> d = summarise_qa(rows, {("c", 4): 9, ("c", 3): 1})[0]
+    >>> d["f1_sample"], round(d["f1"], 3), d["n_population"]
+    (0.5, 0.9, 10)
+    """
     out = []
     for name in dict.fromkeys(r["system"] for r in rows):
         rs = [r for r in rows if r["system"] == name]
@@ -555,6 +592,24 @@ def summarise_qa(rows: Sequence[dict]) -> list[dict]:
                              "seconds_per_question": _mean([r["seconds"] for r in rs])}
         for c in CATEGORIES:
             d[f"f1 cat{c}"] = _mean([r["f1"] for r in rs if r["category"] == c])
+            d[f"n cat{c}"] = sum(r["category"] == c for r in rs)
+        if population is not None:
+            d["f1_sample"] = d["f1"]
+            cells: dict[tuple[str, int], list[float]] = {}
+            for r in rs:
+                if r["f1"] is not None:
+                    cells.setdefault((r["sample_id"], r["category"]), []).append(float(r["f1"]))
+            missing = [cell for cell in cells if cell not in population]
+            if missing:
+                raise ValueError(f"population has no count for the sampled cells {missing[:3]}: pass the question "
+                                 "counts of every (conversation, category) the rows come from")
+
+            d["f1"], d["n_population"] = _post_stratified(cells, population, None)
+            convs = {cell[0] for cell in cells}
+            d["n_population_unsampled"] = sum(n for (sid, c), n in population.items()
+                                              if sid in convs and (sid, c) not in cells)
+            for c in CATEGORIES:
+                d[f"f1 cat{c}"] = _post_stratified(cells, population, c)[0]
         out.append(d)
     return out
 
@@ -575,12 +630,13 @@ class BenchResult:
     quirks: dict[str, int]
     embedders: list[dict]
     memories: dict[str, Any] = field(default_factory=dict)  # "<sample_id>/<write>" -> MAGS (this process only)
+    qa_population: dict[tuple[str, int], int] = field(default_factory=dict)  # (sample_id, category) -> questions
 
     def recall_summary(self) -> list[dict]:
         return summarise_recall(self.recall_rows, self.config.ks)
 
     def qa_summary(self) -> list[dict]:
-        return summarise_qa(self.qa_rows)
+        return summarise_qa(self.qa_rows, self.qa_population or None)
 
     def metrics(self) -> dict:
         """The headline numbers (``metrics.json``)."""
@@ -781,7 +837,8 @@ def run_benchmark(data: LoCoMo, config: LoCoMoBenchConfig, *, out_dir: str | Pat
     shared: dict[str, Any] = {}
 
     def mags_kw(**kw: Any) -> dict:
-        return {"seed": cfg.seed, "embedder": cfg.embedder, "dynamics": cfg.dynamics, **cfg.mags_kwargs, **kw}
+        return {"seed": cfg.seed, "embedder": cfg.embedder, "dynamics": cfg.dynamics, "date_style": cfg.date_style,
+                **cfg.mags_kwargs, **kw}
 
     def make_mags(**kw: Any) -> Any:
         kw = mags_kw(**kw)
@@ -898,7 +955,8 @@ def run_benchmark(data: LoCoMo, config: LoCoMoBenchConfig, *, out_dir: str | Pat
                 continue
             label = f"mags ({'write model' if write == 'model' else 'episodes only'})"
             key = {**base_key, "unit": "mags", "write": write, "embedder": cfg.embedder, "dynamics": cfg.dynamics,
-                   "mags_kwargs": cfg.mags_kwargs, "seed": cfg.seed, "qa": [q.index for q in qa_qs],
+                   "mags_kwargs": cfg.mags_kwargs, "date_style": cfg.date_style, "seed": cfg.seed,
+                   "qa": [q.index for q in qa_qs],
                    "graph_qa": "graph" in cfg.qa_systems, "recall_variants": list(cfg.recall_variants),
                    "tokens": tokens_key,
                    "models": models_key if (write == "model" or "graph" in cfg.qa_systems) else None}
@@ -941,7 +999,8 @@ def run_benchmark(data: LoCoMo, config: LoCoMoBenchConfig, *, out_dir: str | Pat
         if modes_ok:
             for mode in other_modes:
                 key = {**base_key, "unit": "qa", "mode": mode, "seed": cfg.seed, "qa": [q.index for q in qa_qs],
-                       "mags_kwargs": cfg.mags_kwargs, "embedder": cfg.embedder, "models": models_key}
+                       "mags_kwargs": cfg.mags_kwargs, "date_style": cfg.date_style, "embedder": cfg.embedder,
+                       "models": models_key}
                 unit = cache.get(f"{conv.sample_id}-qa-{mode}", key)
                 if unit is None:
                     m = make_mags(memory=mode)
@@ -960,9 +1019,10 @@ def run_benchmark(data: LoCoMo, config: LoCoMoBenchConfig, *, out_dir: str | Pat
                         m.close()
                 qa_rows += unit["qa"]
                 ingest.append(unit["ingest"])
+    population = Counter((conv.sample_id, q.category) for conv in convs for q in conv.questions)
     return BenchResult(config=cfg, recall_rows=recall_rows, qa_rows=qa_rows, survival_rows=survival_rows,
                        curve_rows=curve_rows, ingest=ingest, skipped=skipped, quirks=dict(data.quirks),
-                       embedders=emb_info, memories=memories)
+                       embedders=emb_info, memories=memories, qa_population=dict(population))
 
 
 def _units_of(data: LoCoMo, config: LoCoMoBenchConfig, out_dir: str | Path,

@@ -63,16 +63,21 @@ def category_recall_table(res: BenchResult, k: int = 10):
 
 
 def qa_table(res: BenchResult):
-    """QA F1 (LoCoMo's) per category and overall, memory tokens and seconds per question, per system."""
+    """QA F1 (LoCoMo's) per category and overall, memory tokens and seconds per question, per system.
+
+    Per category and overall, the F1 of the sample weighted by the questions each (conversation, category)
+    stands for (:func:`~mags_lib.bench.locomo_eval.summarise_qa`): an estimate of LoCoMo's mean over every
+    question; "sample mean" is the plain mean of the questions read, which over-weights the rare categories."""
     import pandas as pd
 
     if not res.qa_rows:
         return pd.DataFrame()
     t = _by_category(res.qa_summary(), "system", "f1")
     extra = {d["system"]: d for d in res.qa_summary()}
-    for col, key in (("questions", "n_questions"), ("context recall", "context_recall"),
+    for col, key in (("sample mean", "f1_sample"), ("questions", "n_questions"),
+                     ("questions stood for", "n_population"), ("context recall", "context_recall"),
                      ("memory tokens", "memory_tokens_mean"), ("s / question", "seconds_per_question")):
-        t[col] = [extra[s][key] for s in t.index]
+        t[col] = [extra[s].get(key) for s in t.index]
     return t
 
 
@@ -177,5 +182,6 @@ def quirks_table(quirks: dict[str, int], examples: dict[str, list[str]] | None =
     """The loader's quirk counts (and examples)."""
     import pandas as pd
 
-    return pd.DataFrame([{"quirk": k, "count": v, "examples": "; ".join((examples or {}).get(k, [])[:3])}
-                         for k, v in sorted(quirks.items())]).set_index("quirk")
+    rows = [{"quirk": k, "count": v, "examples": "; ".join((examples or {}).get(k, [])[:3])}
+            for k, v in sorted(quirks.items())]
+    return pd.DataFrame(rows, columns=["quirk", "count", "examples"]).set_index("quirk")  # none: an empty table
