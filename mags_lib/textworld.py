@@ -71,6 +71,7 @@ __all__ = [
     "GAME_NAMES",
     "INSTALL_HINT",
     "INVENTORY",
+    "LIST_FAMILIES",
     "SYSTEMS",
     "AgentConfig",
     "EpisodeResult",
@@ -99,12 +100,14 @@ __all__ = [
     "make_scenario",
     "make_system",
     "move_note",
+    "named_objects",
     "play",
     "questions_at",
     "require_textworld",
     "run_episode",
     "run_scenario",
     "score_answer",
+    "score_state_answer",
     "skip_reason",
     "state_question_study",
     "system_config",
@@ -840,12 +843,14 @@ def questions_at(witness: Witness, state: WorldState, *, entities: Sequence[str]
     ``family`` is one of where / contents / exit / inventory; drop it for the scenario file).
 
     * where: "Where is the X?" for each witnessed object not carried whose witnessed holder is its
-      true holder; answer: the holder (a room, container or supporter);
+      true holder; answer: the holder (a room, container or supporter), or what holds that up to the
+      room (a sock in a locker in the cellar: "locker" or "cellar");
     * contents: "What is in the Y?" for containers and supporters whose true contents are all
-      witnessed there; answer: any one of them;
+      witnessed there (and nothing witnessed there left unseen); answer: exactly those objects
+      (:func:`score_state_answer`);
     * exit: "Which room lies north of Z?" for each witnessed exit; answer: that room;
-    * inventory: "What are you carrying?" once the player has carried something; answer: any carried
-      object, or "nothing";
+    * inventory: "What are you carrying?" once the player has carried something and what is carried
+      is what the player saw carried; answer: exactly those objects, or "nothing";
     * abstain: "Where is the X?" for objects of the game never mentioned nor perceived.
     """
     cfg = config or QuestionConfig()
@@ -859,7 +864,9 @@ def questions_at(witness: Witness, state: WorldState, *, entities: Sequence[str]
             if witness.holder(e) != true:
                 continue  # moved without the player seeing it: not answerable
             n, dist = witness.n_changes(e), t - witness.last_seen[e]
-            out.append(_q(f"Where is the {e}?", [true], _kind(n, dist, gap), "where", n_changes=n, distance=dist))
+            # the direct holder, then what holds it up to the room: "in the cellar" is true of a sock in its locker
+            around = [true] + [h for h in state.holders_of(e)[1:] if h != INVENTORY]
+            out.append(_q(f"Where is the {e}?", around, _kind(n, dist, gap), "where", n_changes=n, distance=dist))
     if "contents" in cfg.kinds:
         for y in sorted(h for h in set(state.holders.values()) if state.kinds.get(h) in ("container", "supporter")):
             true = state.contents(y)
@@ -878,7 +885,7 @@ def questions_at(witness: Witness, state: WorldState, *, entities: Sequence[str]
                           n_changes=0, distance=dist))
     if "inventory" in cfg.kinds and witness.inventory_ever:
         carried = state.contents(INVENTORY)
-        if all(witness.holder(e) == INVENTORY for e in carried):
+        if set(witness.known_contents(INVENTORY)) == set(carried):  # both ways: nothing left it unseen either
             n = witness.inventory_removals
             out.append(_q("What are you carrying?", carried or ["nothing", "empty handed"],
                           "update" if n else "recall", "inventory", n_changes=n, distance=0))
@@ -1049,8 +1056,10 @@ def make_scenario(game: GameFile | str | Path, config: PlayConfig | None = None,
                 events.append(q)
     desc = (f"TextWorld game {gf.name} played by the {cfg.policy} policy (seed {seed}, {last} steps); "
             "questions from the engine's state")
+    kinds = steps[-1].state.kinds if steps else {}
     meta = {"game": gf.name, "game_path": str(gf.path), "spec": gf.spec.to_dict() if gf.spec else None,
             "policy": cfg.policy, "seed": seed, "n_steps": last, "families": families,
+            "objects": sorted(e for e in entities if kinds.get(e) != "room"),  # what a list answer may name
             "textworld": _tw_version()}
     return {"name": f"{gf.name}-{cfg.policy}-p{seed}", "description": desc, "events": events, "meta": meta}
 
@@ -1069,6 +1078,59 @@ def score_answer(response: str, aliases: Sequence[str], kind: str | None = None)
     return bool(is_correct(response, list(aliases), kind))
 
 
+_EMPTY_HANDS = re.compile(r"\b(?:nothing|empty|no\s+(?:items?|objects?|things?)|not\s+(?:carrying|holding)"
+                          r"\s+anything|none)\b", re.IGNORECASE)
+LIST_FAMILIES = ("inventory", "contents")
+"""Question families whose answer is a list: scored as the set of objects named (:func:`score_state_answer`)."""
+
+
+def named_objects(response: str, objects: Sequence[str]) -> set[str]:
+    """The objects of ``objects`` that ``response`` names, longest names first: "Microsoft style key" is one
+    object, not also the "key" inside it.
+
+    >>> sorted(named_objects("A Microsoft style key and a sock.", ["key", "Microsoft style key", "sock", "poem"]))
+    ['Microsoft style key', 'sock']
+    """
+    claimed: list[tuple[int, int]] = []
+    out = set()
+    for name in sorted(set(objects), key=len, reverse=True):
+        for m in re.finditer(rf"(?<![\w-]){re.escape(name)}(?![\w-])", response, re.IGNORECASE):
+            if not any(a < m.end() and m.start() < b for a, b in claimed):
+                claimed.append((m.start(), m.end()))
+                out.add(name)
+    return out
+
+
+def score_state_answer(response: str, aliases: Sequence[str], kind: str | None = None, family: str | None = None,
+                       objects: Sequence[str] | None = None, subject: str | None = None) -> bool:
+    """A state question's answer against the engine's truth.
+
+    A list question (``family`` in :data:`LIST_FAMILIES`: what is carried, what a container holds) is right
+    when the objects the response names (:func:`named_objects` over the game's ``objects``, the asked
+    container ``subject`` left out) are exactly the true ones: a stale list that still names a dropped
+    object, or one true object of three, is wrong. For an empty inventory the response must name no object
+    and say so ("nothing", "empty", "not carrying anything", "no items"). Every other question:
+    :func:`score_answer` (an alias as a whole-word run; abstain: the response says it does not know).
+
+    >>> objs = ["Cat Calendar", "key", "poem", "sock"]
+    >>> score_state_answer("You carry a Cat Calendar and a key.", ["key"], "update", "inventory", objs)
+    False
+    >>> score_state_answer("A key.", ["key"], "update", "inventory", objs)
+    True
+    >>> score_state_answer("I am not carrying anything.", ["nothing", "empty handed"], "update", "inventory", objs)
+    True
+    """
+    if family not in LIST_FAMILIES or kind == "abstain":
+        return score_answer(response, aliases, kind)
+    if objects is None:
+        raise ValueError(f"a {family!r} question is scored on the objects its answer names: the scenario's "
+                         "meta['objects'] is missing (make it again with make_scenario)")
+    named = named_objects(response, [o for o in objects if o != subject])
+    if family == "inventory" and set(aliases) == {"nothing", "empty handed"}:
+        return not named and bool(_EMPTY_HANDS.search(response) or score_answer(response, aliases, kind))
+    return named == set(aliases)
+
+
 def run_scenario(system: Any, scenario: Mapping, *, progress: bool = False) -> list[dict]:
     """Feed a scenario dict through ``system`` (``observe(text, source=, time=)`` / ``ask(text, time=)``).
 
@@ -1077,7 +1139,9 @@ def run_scenario(system: Any, scenario: Mapping, *, progress: bool = False) -> l
     from tqdm.auto import tqdm
 
     rows = []
-    families = list((scenario.get("meta") or {}).get("families") or [])
+    meta = scenario.get("meta") or {}
+    families = list(meta.get("families") or [])
+    objects = meta.get("objects")
     i_ask = 0
     for ev in tqdm(scenario["events"], desc=scenario["name"], disable=not progress, leave=False):
         if "say" in ev:
@@ -1085,10 +1149,13 @@ def run_scenario(system: Any, scenario: Mapping, *, progress: bool = False) -> l
             continue
         ans = system.ask(ev["ask"], time=ev.get("time"))
         text = getattr(ans, "answer", ans)
+        family = families[i_ask] if i_ask < len(families) else None
+        subject = re.match(r"What is (?:in|on) the (.+)\?$", ev["ask"]) if family == "contents" else None
         rows.append({"scenario": scenario["name"], "kind": ev["kind"],
-                     "family": families[i_ask] if i_ask < len(families) else None, "question": ev["ask"],
+                     "family": family, "question": ev["ask"],
                      "answer": list(ev["answer"]), "response": str(text),
-                     "correct": score_answer(str(text), ev["answer"], ev["kind"]),
+                     "correct": score_state_answer(str(text), ev["answer"], ev["kind"], family, objects,
+                                                   subject.group(1) if subject else None),
                      "n_changes": ev.get("n_changes"), "distance": ev.get("distance")})
         i_ask += 1
     return rows
@@ -1220,7 +1287,7 @@ class EpisodeResult:
 
     game: str
     won: bool
-    steps: int
+    steps: int  # to finish; the budget (AgentConfig.max_steps) when not won (``commands`` holds what was played)
     score: int
     max_score: int
     commands: list[str]
@@ -1446,7 +1513,9 @@ def run_episode(game: GameFile | str | Path, system: Any = None, config: AgentCo
             last_move = m.group(1) if m else last_move
             prev, step = step, g.step(cmd)
             clock += 1
-        return EpisodeResult(game=g.game.name, won=bool(step.won), steps=len(commands), score=step.score,
+        # steps to finish, censored at the budget: an episode lost early (game over) is no quick finish
+        return EpisodeResult(game=g.game.name, won=bool(step.won),
+                             steps=len(commands) if step.won else cfg.max_steps, score=step.score,
                              max_score=g.max_score, commands=commands, n_asks=agent.n_asks,
                              memory_moves=agent.memory_moves, seconds=_time.perf_counter() - t0,
                              answers=dict(sorted(agent.answers.items())),

@@ -152,13 +152,14 @@ def test_questions_from_a_hand_made_trajectory():
     steps = trajectory()
     w = witnessed(steps)
     qs = by_question(T.questions_at(w, steps[-1].state, entities=ENTITIES, config=QuestionConfig(retention_gap=3)))
-    # moved twice since first seen: an update; the old places (kitchen, carried) are not the answer
-    assert qs["Where is the key?"]["answer"] == ["chest"] and qs["Where is the key?"]["kind"] == "update"
+    # moved twice since first seen: an update; the old places (kitchen, carried) are not the answer; the
+    # chest's room is (the key is in the hall too)
+    assert qs["Where is the key?"]["answer"] == ["chest", "hall"] and qs["Where is the key?"]["kind"] == "update"
     assert qs["Where is the key?"]["n_changes"] == 2
     # seen at step 2, asked at step 5 with gap 3: retention
-    assert qs["Where is the apple?"]["answer"] == ["chest"] and qs["Where is the apple?"]["kind"] == "retention"
+    assert qs["Where is the apple?"]["answer"] == ["chest", "hall"] and qs["Where is the apple?"]["kind"] == "retention"
     assert qs["Where is the apple?"]["distance"] == 3
-    # the chest's contents changed (the key went in): update, answer any of them
+    # the chest's contents changed (the key went in): update, the answer is both of them
     assert qs["What is in the chest?"]["answer"] == ["apple", "key"]
     assert qs["What is in the chest?"]["kind"] == "update"
     # exits: walked at step 2 (distance 3: retention) and step 4 (distance 1: recall)
@@ -179,6 +180,37 @@ def test_questions_from_a_hand_made_trajectory():
     assert "Which room lies east of the kitchen?" not in qs
 
 
+def test_list_answers_are_scored_as_the_set_of_objects_they_name():
+    # any one alias used to do: a stale inventory that still named a dropped object was right
+    objs = ["Cat Calendar", "Microsoft style key", "key", "poem", "sock", "locker"]
+    inv = ["Microsoft style key"]
+    assert not T.score_state_answer("You are carrying a Cat Calendar and a Microsoft style key.", inv, "update",
+                                    "inventory", objs)
+    assert T.score_state_answer("A Microsoft style key.", inv, "update", "inventory", objs)  # not also "key"
+    both = ["poem", "sock"]
+    assert T.score_state_answer("The locker holds a poem and a sock.", both, "recall", "contents", objs, "locker")
+    assert not T.score_state_answer("A poem.", both, "recall", "contents", objs, "locker")
+    empty = ["nothing", "empty handed"]
+    for reply in ("I am not carrying anything.", "Your hands are empty.", "I have no items.", "You carry nothing."):
+        assert T.score_state_answer(reply, empty, "update", "inventory", objs), reply
+    assert not T.score_state_answer("Nothing but a poem.", empty, "update", "inventory", objs)
+    assert not T.score_state_answer("I don't know.", empty, "update", "inventory", objs)
+    # the other families as before; a list question without the game's objects is refused, not guessed
+    assert T.score_state_answer("It is in the cellar.", ["locker", "cellar"], "recall", "where", objs)
+    with pytest.raises(ValueError, match="meta\\['objects'\\]"):
+        T.score_state_answer("A poem.", ["poem"], "recall", "contents", None)
+
+
+def test_the_inventory_question_needs_what_is_carried_to_be_what_was_seen_carried():
+    # an object that left the inventory unseen (consumed by a recipe) gave a gold answer no one could know
+    steps = trajectory()
+    w = witnessed(steps[:2])  # the key was seen taken
+    gone = state(KITCHEN, APPLE_CHEST)  # ... and is gone without a word
+    assert "What are you carrying?" not in by_question(T.questions_at(w, gone, entities=ENTITIES))
+    assert by_question(T.questions_at(w, steps[1].state, entities=ENTITIES))["What are you carrying?"]["answer"] \
+        == ["key"]
+
+
 def test_no_question_about_a_move_the_player_did_not_witness():
     steps = trajectory()
     w = witnessed(steps)
@@ -187,7 +219,7 @@ def test_no_question_about_a_move_the_player_did_not_witness():
     qs = by_question(T.questions_at(w, moved, entities=ENTITIES))
     assert "Where is the apple?" not in qs
     assert "What is in the chest?" not in qs  # its true contents (the key) differ from the witnessed ones
-    assert qs["Where is the key?"]["answer"] == ["chest"]
+    assert qs["Where is the key?"]["answer"] == ["chest", "hall"]
 
 
 def test_question_config_and_play_config_checks():
@@ -477,7 +509,7 @@ def test_real_engine_state_and_questions_on_the_three_room_game(tiny_play):
     for s in steps:
         w.update(s, entities)
     qs = by_question(T.questions_at(w, steps[-1].state, entities=entities, config=QuestionConfig(retention_gap=4)))
-    assert qs["Where is the key?"]["answer"] == ["chest"] and qs["Where is the key?"]["kind"] == "update"
+    assert qs["Where is the key?"]["answer"] == ["chest", "hall"] and qs["Where is the key?"]["kind"] == "update"
     assert sorted(qs["What is in the chest?"]["answer"]) == ["apple", "key"]
     assert qs["Which room lies north of the kitchen?"]["answer"] == ["hall"]
     assert qs["Which room lies east of the hall?"]["answer"] == ["garden"]
@@ -776,3 +808,31 @@ def test_agent_study_in_parallel_equals_serial(tmp_path):
     drop = ("seconds",)
     assert [{k: v for k, v in r.items() if k not in drop} for r in serial] == \
         [{k: v for k, v in r.items() if k not in drop} for r in parallel]
+
+
+@needs_tw
+def test_an_episode_lost_early_counts_the_whole_budget(tmp_path):
+    # a one-room game where taking the pear loses: the agent's 1 step used to count as a quick finish
+    from textworld import GameMaker
+    from textworld.generator.game import Event, Quest
+
+    M = GameMaker()
+    kitchen = M.new_room("kitchen")
+    M.set_player(kitchen)
+    chest = M.new(type="c", name="chest")
+    chest.add_property("locked")
+    kitchen.add(chest)
+    apple = M.new(type="f", name="apple")
+    chest.add(apple)
+    pear = M.new(type="f", name="pear")
+    kitchen.add(pear)
+    M.quests = [Quest(win_events=[Event(conditions={M.new_fact("in", apple, M.inventory)})],
+                      fail_events=[Event(conditions={M.new_fact("in", pear, M.inventory)})])]
+    game = M.build()
+    game.objective = "Take the apple."
+    T._compile(game, tmp_path)
+    r = T.run_episode(T.load_game(tmp_path / "game.z8"), None, T.AgentConfig(max_steps=30, seed=0))
+    assert not r.won and len(r.commands) < 30
+    assert r.steps == 30
+    tab = T.episode_table([{**dataclasses.asdict(r), "agent": "none"}])
+    assert tab.loc[0, "steps"] == 30 and tab.loc[0, "success"] == 0.0

@@ -219,3 +219,20 @@ def test_exit_evidence_is_found_with_and_without_move_notes(notes):
     back = {"family": "exit", "ask": "Which room lies east of the shower?", "answer": ["cellar"]}
     witness.edges[("shower", "east")] = ("cellar", 1)  # the reverse crossing, recorded at the same step
     assert _evidence(back, obs, witness, T._mentions) == [0, 1]  # departure: the cellar, named before it
+
+
+def test_a_block_is_never_built_past_its_caps():
+    # seven evidence observations raised (rng.integers(7, 7)); evidence of 1,400 characters made a block past
+    # the 1,000-character cap the README states (11 of 1,234 rows of 50 training games)
+    import numpy as np
+
+    from mags_lib.data.textworld import _block
+
+    cfg = TextWorldAnswerConfig()
+    obs = [(i, f"observation {i} " + "x" * 10) for i in range(10)]
+    rng = np.random.default_rng(0)
+    assert _block(list(range(7)), obs, rng, cfg, [], T._mentions) is None
+    long = [(0, "a" * 700), (1, "b" * 700), (2, "c")]
+    assert _block([0, 1], long, rng, cfg, [], T._mentions) is None
+    ok = _block([0], long, rng, cfg, [], T._mentions)
+    assert ok is not None and 0 in ok and 1 not in ok  # the other long one does not fit beside it

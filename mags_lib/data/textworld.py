@@ -56,7 +56,7 @@ __all__ = ["TRAIN_SEED_OFFSET", "TextWorldAnswerConfig", "build_textworld_answer
            "game_answer_rows"]
 
 TRAIN_SEED_OFFSET = 100_000  # training games' TextWorld seeds start here (evaluation: small seeds)
-GENERATOR_VERSION = "tw-answer-2"
+GENERATOR_VERSION = "tw-answer-3"  # 3: no row whose evidence alone breaks the item or character cap
 
 
 @dataclass(frozen=True)
@@ -170,11 +170,15 @@ def _response(q: dict) -> str:
 
 
 def _block(evidence: list[int], obs: list[tuple[int, str]], rng: np.random.Generator, cfg: TextWorldAnswerConfig,
-           avoid: Sequence[str], mentions) -> list[int]:
-    """The evidence plus other observations (none naming ``avoid``), within the item and character caps."""
+           avoid: Sequence[str], mentions) -> list[int] | None:
+    """The evidence plus other observations (none naming ``avoid``), within the item and character caps; None
+    when the evidence alone breaks a cap (no row: it would show more than a block may hold)."""
+    if len(evidence) > cfg.max_items:
+        return None
     n_total = int(rng.integers(max(1, len(evidence)), cfg.max_items + 1))
     chosen = list(evidence)
     used = sum(len(" ".join(obs[i][1].split())) for i in chosen)
+    too_long = used > cfg.max_chars
     others = [i for i in range(len(obs)) if i not in chosen and not any(mentions(obs[i][1], a) for a in avoid)]
     for i in rng.permutation(len(others)):
         if len(chosen) >= n_total:
@@ -184,7 +188,7 @@ def _block(evidence: list[int], obs: list[tuple[int, str]], rng: np.random.Gener
         if used + cost <= cfg.max_chars:
             chosen.append(j)
             used += cost
-    return sorted(chosen)
+    return None if too_long else sorted(chosen)
 
 
 def game_answer_rows(game, cfg: TextWorldAnswerConfig, *, seed: int) -> list[dict]:
@@ -207,7 +211,8 @@ def game_answer_rows(game, cfg: TextWorldAnswerConfig, *, seed: int) -> list[dic
         others, none of them a crossing between ``room`` and ``dest`` (either way); None if none names it."""
         keep = [o for o in obs if crossed.get(o[0]) != frozenset((room, dest))]
         ev = _last([i for i, (_, t) in enumerate(keep) if T._mentions(t, room)], 1)
-        return [keep[i] for i in _block(ev, keep, rng, cfg, [], T._mentions)] if ev else None
+        items = _block(ev, keep, rng, cfg, [], T._mentions) if ev else None
+        return None if items is None else [keep[i] for i in items]
 
     def row(q: dict, block: list[tuple[int, str]], kind: str, answer: list[str], date: str) -> dict:
         texts = [" ".join(t.split()) for _, t in block]
@@ -229,10 +234,12 @@ def game_answer_rows(game, cfg: TextWorldAnswerConfig, *, seed: int) -> list[dic
         cands = T.questions_at(witness, step.state, entities=entities, config=play_cfg.questions)
         for q in T._pick(cands, asked, play_cfg.questions, rng):
             kind, answer = q["kind"], list(q["answer"])
+            if q["family"] == "where":  # the direct holder (the scorer also takes the rooms around it)
+                answer = answer[:1]
             if q["family"] == "where" and answer and rng.random() < cfg.drop_evidence:
                 entity = _where_entity(q)
                 keep = [o for o in obs if not T._mentions(o[1], entity)]
-                items = _block([], keep, rng, cfg, [entity], T._mentions)
+                items = _block([], keep, rng, cfg, [entity], T._mentions) or []  # no evidence: never None
                 block, kind, answer = [keep[i] for i in items], "missing_evidence", []
             elif q["family"] == "exit" and rng.random() < cfg.drop_exit_evidence:
                 block = exit_block(q["ask"].split(" of the ", 1)[1][:-1], answer[0])
@@ -244,7 +251,10 @@ def game_answer_rows(game, cfg: TextWorldAnswerConfig, *, seed: int) -> list[dic
                 if answer and not ev:
                     continue  # the evidence rule found nothing to show: no honest row
                 avoid = [_where_entity(q)] if kind == "abstain" else []
-                block = [obs[i] for i in _block(ev, obs, rng, cfg, avoid, T._mentions)]
+                items = _block(ev, obs, rng, cfg, avoid, T._mentions)
+                if items is None:
+                    continue  # its evidence alone is more than a block holds
+                block = [obs[i] for i in items]
             rows.append(row(q, block, kind, answer, date))
         unseen = sorted((r, d, dest) for (r, d), dest in step.state.exits.items()
                         if r in witness.room_seen and (r, d) not in witness.edges)
