@@ -180,3 +180,22 @@ def test_a_time_with_spaces_around_it_still_dates_the_turn():
     score = {it.sources[0]: it.score for it in res.items}
     assert score["now"] == pytest.approx(g.config.recall.year_weight * score["then"])
     assert res.items[0].valid_from == "2022-06-01" and ep
+
+
+def test_a_merge_reconciles_a_slot_by_when_each_value_was_said():
+    # after "Ann" and "Ann Smith" merge, the slot kept the fact with the highest id (Lima, said in March) over
+    # Paris (said in January and again in June); the loser's interval closes when the slot was next stated
+    from mags_lib.graph.engram import reconcile_subject
+
+    g = LiquidGraph(TableEmbedder(dim=64))
+    for who, city, when in (("Ann", "Paris", "2023-01-01"), ("Ann Smith", "Lima", "2023-03-01"),
+                            ("Ann", "Paris", "2023-06-01")):
+        ep = g.add_episode(f"{who} lives in {city}.", source=f"{city}{when}", time=when)
+        g.engram([(who, "lives in", city)], episode=ep)
+    keep, drop = g._idx(g.find("Ann")), g._idx(g.find("Ann Smith"))
+    g._merge_nodes(keep, drop)
+    reconcile_subject(g, keep)
+    facts = {f["object"]: f for f in g.facts(include_invalid=True)}
+    assert {c: f["valid"] for c, f in facts.items()} == {"Paris": True, "Lima": False}
+    # not January (when Paris was first said: before Lima was), but June, when Paris was said again
+    assert facts["Lima"]["valid_from"] == "2023-03-01" and facts["Lima"]["valid_to"] == "2023-06-01"

@@ -529,9 +529,11 @@ def reconcile_subject(g, i: int) -> int:
     """Apply the conflict policy to the valid facts of node ``i`` (e.g. after a merge); unlogged.
 
     For every functional slot (:func:`relation_kind`: "moved to" and "lives in" are one slot, as in
-    :func:`engram`) under which ``i`` holds several valid objects, one fact stays valid -- the newest (highest edge id) with policy ``"newer"``, the
-    largest ``strength * confidence`` with ``"stronger"`` (newest on a tie) -- and the others are
-    superseded by it (:func:`supersede`); the endpoints get ``conflict_surprise``.
+    :func:`engram`) under which ``i`` holds several valid objects, one fact stays valid -- the newest (highest edge
+    id) with policy ``"newer"`` (with ``time_order``, the one said last: a fact said before another never
+    supersedes it, as in :func:`engram`), the largest ``strength * confidence`` with ``"stronger"`` (newest on a
+    tie) -- and the others are superseded by it (:func:`supersede`; with ``time_order`` each closes when the
+    slot's next statement after it was said); the endpoints get ``conflict_surprise``.
 
     Returns
     -------
@@ -558,13 +560,19 @@ def reconcile_subject(g, i: int) -> int:
         facts = sorted(by_slot[slot])
         if len(facts) < 2:
             continue
+        times = {e: fact_time(g, e) for e in facts} if cfg.time_order else {}
         if cfg.conflict_policy == "stronger":
             win = max(facts, key=lambda e: (ed.strength[e] * ed.confidence[e], e))
-        else:
-            win = facts[-1]
+        else:  # the newest; with time_order, a fact said before another never wins over it (as in engram)
+            win = facts[0]
+            for x in facts[1:]:
+                if not said_after(times.get(win), times.get(x)):
+                    win = x
         for x in facts:
             if x != win:
-                supersede(g, x, win)
+                # with time_order, true until the next statement of the slot (the winner's if none between)
+                end = _first_said_after(g, [y for y in facts if y != x], times[x]) if times.get(x) else None
+                supersede(g, x, win, time=end)
                 nd.surprise[int(ed.dst[x])] = max(nd.surprise[int(ed.dst[x])], cfg.conflict_surprise)
                 n += 1
         for j in (i, int(ed.dst[win])):
