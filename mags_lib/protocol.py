@@ -384,11 +384,12 @@ def normalize_text(s: str) -> str:
     return " ".join(_ARTICLES.sub(" ", s).split())
 
 
-# a number's own punctuation: a thousands comma ("1,380") is dropped, a decimal point or a time's colon ("3.5",
-# "10:30") kept, so that no part of a number matches as a number of its own
+# a number's own punctuation: a thousands comma ("1,380") is dropped, a decimal point, a time's colon, a date's or
+# a range's hyphen and a fraction's slash ("3.5", "10:30", "2024-01-18", "10-15", "3/15") kept, so that no part of
+# a number matches as a number of its own
 _THOUSANDS = re.compile(r"(?<=\d),(?=\d{3}(?!\d))")
-_IN_NUMBER = re.compile(r"(?<=\d)([.:])(?=\d)")
-_KEEP = {".": "\x00", ":": "\x01"}
+_IN_NUMBER = re.compile(r"(?<=\d)([.:/-])(?=\d)")
+_KEEP = {".": "\x00", ":": "\x01", "/": "\x02", "-": "\x03"}
 
 
 def normalize_answer(s: str) -> str:
@@ -397,16 +398,20 @@ def normalize_answer(s: str) -> str:
     The scorers (the game's, the reader's metrics, the rewards) compare aliases with responses as
     whole-word runs; there, ``"380"`` must not match ``"1,380 points"`` nor ``"5"`` match ``"3.5"``.
     A comma between a digit and a group of exactly three digits is dropped (``"1,380"`` is
-    ``"1380"``), a period or colon between digits is kept (``"3.5"``, ``"10:30"``); everything else is
+    ``"1380"``), a period, colon, hyphen or slash between digits is kept (``"3.5"``, ``"10:30"``,
+    ``"2024-01-18"``, ``"10-15"``, ``"3/15"``: "18" is no answer found in a date); everything else is
     :func:`normalize_text`.
 
     >>> normalize_answer("He scored 1,380 points at 10:30, i.e. 3.5 a minute.")
     'he scored 1380 points at 10:30 i e 3.5 minute'
-    >>> normalize_answer("Rooms 1,2 and 3.")
-    'rooms 1 2 and 3'
+    >>> normalize_answer("Rooms 1,2 and 3, as of 2024-01-18: 10-15 six-sided dice.")
+    'rooms 1 2 and 3 as of 2024-01-18 10-15 six sided dice'
     """
     s = _IN_NUMBER.sub(lambda m: _KEEP[m.group(1)], _THOUSANDS.sub("", str(s)))
-    return normalize_text(s).replace("\x00", ".").replace("\x01", ":")
+    s = normalize_text(s)
+    for char, mark in _KEEP.items():
+        s = s.replace(mark, char)
+    return s
 
 
 _ABSTAIN_RUNS = tuple(dict.fromkeys(normalize_answer(p) for p in ABSTAIN_PHRASES))  # ABSTAIN_PHRASES normalised

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 from datetime import date
+from types import SimpleNamespace
 
 import pytest
 
@@ -209,3 +210,12 @@ def test_no_abstain_question_is_answered_by_a_two_way_fact():
                                  for q in rel.questions}
                         assert e.text not in asked, (sc.name, i, e.text, sc.events[g.stated].text)
     assert n_abstain > 100
+
+
+def test_a_points_value_gets_its_number_as_an_alias_never_its_verb():
+    # "pay five points" had the alias "pay": "Players pay the referee a coin." was right
+    from mags_lib.game.generate import _aliases
+
+    world = SimpleNamespace(entities=[])
+    assert _aliases("pay five points", world) == ["pay five points"]
+    assert "470" in _aliases("470 points", world) and "five" in _aliases("five points", world)

@@ -93,6 +93,12 @@ NUMBER_CASES = [
     ("Rooms 1,2 and 3.", ["2"], True),  # a list, not a thousands group
     ("Room 12. Then 5 more.", ["5"], True),  # a sentence's full stop is punctuation
     ("In 1999.", ["1999"], True),
+    # a date's, a range's or a fraction's number is not a number of its own (they matched before)
+    ("Rindis was 75 as of 2024-01-18.", ["18"], False),
+    ("Between 10-15 points.", ["15"], False),
+    ("3/15", ["15"], False),
+    ("On 2024-01-18.", ["2024-01-18"], True),
+    ("Six-sided dice, 12 of them.", ["six-sided dice"], True),
 ]
 
 

@@ -236,8 +236,8 @@ def _aliases(value: str, world: World) -> list[str]:
     inv = {v: k for k, v in _DIGITS.items()}
     if words and words[0] in inv:
         out.append(" ".join([inv[words[0]]] + words[1:]))
-    if value.endswith(" points"):
-        out.append(words[0])
+    if value.endswith(" points") and (words[0].isdigit() or words[0].lower() in _DIGITS):
+        out.append(words[0])  # "470 points" -> "470"; never the verb of "pay five points" ("pay")
     for e in world.entities:
         if e.name == value and e.core != e.name:
             out.append(e.core)
