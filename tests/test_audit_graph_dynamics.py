@@ -199,3 +199,38 @@ def test_a_merge_reconciles_a_slot_by_when_each_value_was_said():
     assert {c: f["valid"] for c, f in facts.items()} == {"Paris": True, "Lima": False}
     # not January (when Paris was first said: before Lima was), but June, when Paris was said again
     assert facts["Lima"]["valid_from"] == "2023-03-01" and facts["Lima"]["valid_to"] == "2023-06-01"
+
+
+def test_max_branch_counts_only_edges_the_path_can_follow():
+    # at a busy node the edge back to the parent took one of the max_branch slots and was then dropped:
+    # 8 of 8 new edges allowed gave 7, and max_branch=1 never went past one hop
+    from mags_lib.graph import EngramConfig, RecallConfig
+
+    g = LiquidGraph(TableEmbedder(dim=64), config=GraphConfig(engram=EngramConfig(gat=False)))
+    g.engram([("oscar", "lives in", "boston")], source="s0")
+    sights = ["a harbor", "a river", "a museum", "a park", "a stadium", "a bridge", "a market", "a library"]
+    for i, o in enumerate(sights):
+        g.engram([("boston", "has", o)], source=f"s{i + 1}")
+    cfg = RecallConfig(touch=False, coactivation=False, n_anchors=1, anchors_per_k=0, include_episodes=False)
+    assert len(g.recall("oscar", k=20, config=replace(cfg, max_branch=8))) == 9  # the home and all 8 sights
+    assert len(g.recall("oscar", k=20, config=replace(cfg, max_branch=1))) == 2  # two hops, one edge each
+
+
+def test_a_question_about_the_past_does_not_touch_what_only_a_superseded_fact_reaches():
+    # "what did blorps eat before" returned the superseded figs fact and refreshed the figs node's access
+    # (its recency protects it from pruning), though superseded facts are never touched by a recall
+    g = LiquidGraph(TableEmbedder(dim=64))
+    g.engram([("blorps", "eat", "figs")], source="a", time="2022-01-01")
+    g.engram([("blorps", "eat", "frozen lemons")], source="b", time="2023-01-01")
+    figs = g._idx(g.find("figs"))
+    before = int(g.nodes.access[figs])
+    for _ in range(3):
+        g.maintain()
+        res = g.recall("what did blorps eat before", k=10)
+        assert any(it.current is False for it in res.items)  # the old value is returned, as history
+    assert int(g.nodes.access[figs]) == before and int(g.nodes.last_access[figs]) == 0
+    # "use to" asks about the past only after "did"
+    from mags_lib.graph.recall import asks_about_past
+
+    assert not asks_about_past("What does Caroline use to get around?")
+    assert asks_about_past("Where did Mel use to live?")

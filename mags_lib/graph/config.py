@@ -82,7 +82,7 @@ a new object under one supersedes the object under another ("moved to Boston" / 
 
 DEFAULT_PAST_MARKERS: frozenset[str] = frozenset(
     {
-        "before", "used to", "use to", "previously", "previous", "formerly", "former", "earlier", "in the past",
+        "before", "used to", "previously", "previous", "formerly", "former", "earlier", "in the past",
         "originally", "at first", "at the time", "back then", "back in", "no longer", "anymore", "any more",
         "prior to", "history", "past", "changed",
     }

@@ -110,10 +110,14 @@ def year_window(query: str) -> tuple[str, str] | None:
 
 
 def asks_about_past(query: str, markers: frozenset[str] | None = None) -> bool:
-    """Whether a query asks about the past: one of ``markers`` as whole words, or a year.
+    """Whether a query asks about the past: one of ``markers`` as whole words, a year, or "did ... use to".
 
     ``markers`` default to :data:`~mags_lib.graph.config.DEFAULT_PAST_MARKERS`; both sides are
-    compared after :func:`~mags_lib.graph.core.norm_key`.
+    compared after :func:`~mags_lib.graph.core.norm_key`. "use to" counts only after "did" ("Where did Mel
+    use to live?"): "What does Caroline use to get around?" asks about now.
+
+    >>> asks_about_past("What does Caroline use to get around?"), asks_about_past("Didn't she use to swim?")
+    (False, True)
 
     >>> asks_about_past("What did blorps eat before?"), asks_about_past("Where did Mel use to live?")
     (True, True)
@@ -128,6 +132,8 @@ def asks_about_past(query: str, markers: frozenset[str] | None = None) -> bool:
     if year_window(query) is not None:
         return True
     text = f" {norm_key(query)} "
+    if re.search(r" did(?:n ?t| not)? (?:\w+ ){0,4}use to ", text):
+        return True
     return any(f" {norm_key(m)} " in text for m in (DEFAULT_PAST_MARKERS if markers is None else markers))
 
 
@@ -312,6 +318,9 @@ def recall(g, query: str | Sequence[str], k: int = 10, query_embeddings: np.ndar
             inc = [(e, v) for v, kd in succ[u].items() for e in kd]
             if both:
                 inc += [(e, v) for v, kd in pred[u].items() for e in kd]
+            # only what the path can follow competes for the max_branch slots: the edge it came by (and any
+            # edge back into the path) would take one and be dropped after the cut
+            inc = [(e, v) for e, v in inc if e not in seen_edges and v not in pnodes]
             if not inc:
                 continue
             if len(inc) > 1:
@@ -461,7 +470,9 @@ def recall(g, query: str | Sequence[str], k: int = 10, query_embeddings: np.ndar
         rows = [reached[keys[j]] for j in picked]  # (weight, sim, query, path rows, path edge rows)
         used_edges = sorted(e for e in {e for r in rows for e in r[4]} | {keys[j] for j in picked if keys[j] >= 0}
                             if ed.valid[e])
-        used_nodes = sorted({x for r in rows for x in r[3]})
+        # a superseded fact is never touched nor co-activated: nor is the node only it reaches (its old object)
+        stale = [keys[j] >= 0 and not ed.valid[keys[j]] for j in picked]
+        used_nodes = sorted({x for r, old in zip(rows, stale) for x in (r[3][:-1] if old else r[3])})
         if cfg.touch:
             ue = np.asarray(used_edges, dtype=np.int64)
             un = np.asarray(used_nodes, dtype=np.int64)
@@ -473,7 +484,8 @@ def recall(g, query: str | Sequence[str], k: int = 10, query_embeddings: np.ndar
             ed.activation[np.asarray(used_edges, dtype=np.int64)] += 1.0
             # entity anchors that produced results: episodes belong to the episodic block and are
             # never wired to each other or to entities by association
-            anc = sorted({a for a in (r[3][0] for r in rows) if nd.kind[a] != KIND_EPISODE})
+            anc = sorted({a for a in (r[3][0] for r, old in zip(rows, stale) if not old)
+                          if nd.kind[a] != KIND_EPISODE})
             cap = g.config.limits.max_coactivation
             for i in range(len(anc)):
                 for j in range(i + 1, len(anc)):
