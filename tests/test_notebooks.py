@@ -278,8 +278,12 @@ def test_inline_graph_pictures_draw_in_jupyterlab(smoke_run, tmp_path):
         for path, counts in pictures.items():
             rel = path.relative_to(smoke_run.run_dir).as_posix()
             browser.open(f"{base}/lab/tree/{rel}?token={token}")
+            # the page restores the notebooks opened before, and one of them can be the shown panel for a moment
+            # (notebook 40's first picture was once checked as notebook 50's): wait for this notebook's tab
+            current = (f"Array.from(document.querySelectorAll('.lm-TabBar-tab.lm-mod-current .lm-TabBar-tabLabel'))"
+                       f".some(e => e.textContent.trim() === {path.name!r})")
             shown = browser.wait_for(
-                f"document.querySelectorAll({selector!r}).length === {len(counts)} && "
+                f"{current} && document.querySelectorAll({selector!r}).length === {len(counts)} && "
                 f"document.querySelector('.jp-NotebookPanel') !== null", timeout=900,  # a bound for a hung page
                 what=f"{rel}: {len(counts)} pictures")
             assert shown, rel
