@@ -499,10 +499,6 @@ def resolve_triplet_dates(triplet: Sequence[str], time: str | None) -> tuple[str
     return (resolve_date_field(s, time) or s, r, resolve_date_field(o, time) or o)
 
 
-_MONTHS = ("January", "February", "March", "April", "May", "June", "July", "August", "September", "October",
-           "November", "December")
-
-
 def _date_part(time: str | None, style: str = "iso") -> str | None:
     """The date of an ISO time stamp (``2023-05-08T13:56`` -> ``2023-05-08``, or ``8 May 2023`` in the
     ``day_month_year`` style); other strings as is.
@@ -514,7 +510,9 @@ def _date_part(time: str | None, style: str = "iso") -> str | None:
     if m is None:
         return time
     if style == "day_month_year" and 1 <= int(m.group(2)) <= 12:
-        return f"{int(m.group(3))} {_MONTHS[int(m.group(2)) - 1]} {m.group(1)}"
+        from .graph.dates import MONTH_NAMES
+
+        return f"{int(m.group(3))} {MONTH_NAMES[int(m.group(2)) - 1]} {m.group(1)}"
     return time[:10]
 
 

@@ -696,8 +696,13 @@ class TWGame:
 
 # ------------------------------------------------------------------------------------------------
 # what the player has witnessed
+def _name_runs(text: str, name: str):
+    """Where ``text`` names ``name``: whole words (not inside a word or a hyphenated one), any case."""
+    return re.finditer(rf"(?<![\w-]){re.escape(name)}(?![\w-])", text, re.IGNORECASE)
+
+
 def _mentions(text: str, name: str) -> bool:
-    return re.search(rf"(?<![\w-]){re.escape(name)}(?![\w-])", text, re.IGNORECASE) is not None
+    return next(_name_runs(text, name), None) is not None
 
 
 class Witness:
@@ -1094,7 +1099,7 @@ def named_objects(response: str, objects: Sequence[str]) -> set[str]:
     claimed: list[tuple[int, int]] = []
     out = set()
     for name in sorted(set(objects), key=len, reverse=True):
-        for m in re.finditer(rf"(?<![\w-]){re.escape(name)}(?![\w-])", response, re.IGNORECASE):
+        for m in _name_runs(response, name):
             if not any(a < m.end() and m.start() < b for a, b in claimed):
                 claimed.append((m.start(), m.end()))
                 out.add(name)

@@ -45,6 +45,7 @@ import datetime as _dt
 import numpy as np
 
 from .. import protocol
+from ..graph.dates import MONTH_NAMES, day_label
 from ..graph.values import chronological_order
 from .render import _fix, _idx, _new_value, _pick, _question, _Skip, _statement, _update_sentence
 from .templates import RELATIONS_BY_KEY, sentence_case
@@ -59,8 +60,6 @@ ANSWER_KINDS: dict[str, float] = {
 ABSTAIN_KINDS = frozenset({"unanswerable", "empty", "superseded_only"})
 
 DATE_STYLES = ("iso", "day_month_year", "locomo")
-_MONTHS = ("January", "February", "March", "April", "May", "June", "July", "August", "September",
-           "October", "November", "December")
 
 
 def format_date(day: _dt.date, style: str, minute: int = 0) -> str:
@@ -74,10 +73,10 @@ def format_date(day: _dt.date, style: str, minute: int = 0) -> str:
     if style == "iso":
         return day.isoformat()
     if style == "day_month_year":
-        return f"{day.day} {_MONTHS[day.month - 1]} {day.year}"
+        return day_label(day)
     if style == "locomo":
         h, m = divmod(int(minute) % 1440, 60)
-        return f"{(h - 1) % 12 + 1}:{m:02d} {'am' if h < 12 else 'pm'} on {day.day} {_MONTHS[day.month - 1]}, {day.year}"
+        return f"{(h - 1) % 12 + 1}:{m:02d} {'am' if h < 12 else 'pm'} on {day.day} {MONTH_NAMES[day.month - 1]}, {day.year}"
     raise ValueError(f"unknown date style {style!r}: choose from {DATE_STYLES}")
 
 

@@ -72,14 +72,14 @@ import datetime as _dt
 import re
 from dataclasses import dataclass
 
-__all__ = ["GRANULARITIES", "DateSpan", "annotate_relative_dates", "excluded_relative_dates", "reference_date",
-           "resolve_date_field", "resolve_relative_dates"]
+__all__ = ["GRANULARITIES", "MONTH_NAMES", "DateSpan", "annotate_relative_dates", "day_label",
+           "excluded_relative_dates", "reference_date", "resolve_date_field", "resolve_relative_dates"]
 
 GRANULARITIES = ("day", "weekend", "week", "month", "year")
 """What a resolved phrase names, finest first."""
 
-_MONTH_NAMES = ("January", "February", "March", "April", "May", "June", "July", "August", "September",
-                "October", "November", "December")
+MONTH_NAMES = ("January", "February", "March", "April", "May", "June", "July", "August", "September",
+               "October", "November", "December")
 _WEEKDAYS = ("monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday")
 # abbreviations only capitalised: "sat", "sun", "wed" and "mon" are also words ("I last sat down")
 _WEEKDAY_ABBR = {"Mon": 0, "Tue": 1, "Tues": 1, "Wed": 2, "Thu": 3, "Thur": 3, "Thurs": 3, "Fri": 4, "Sat": 5,
@@ -113,11 +113,20 @@ _DETERMINERS = {"the", "my", "your", "his", "its", "our", "their", "whose"}  # n
 _HEDGES = re.compile(r"\b(?:about|around|roughly|nearly|almost|approximately)\s+$", re.IGNORECASE)
 _NEGATED_CLAUSE = re.compile(r"(?:n't|n’t|\bnot\b|\bnever\b|\bno\b|\bfirst\s+time\b)[^.,;:!?()\-–—]*$",
                              re.IGNORECASE)
-_MONTH_RE = (r"(?:" + "|".join(m.lower() for m in _MONTH_NAMES)
+_MONTH_RE = (r"(?:" + "|".join(m.lower() for m in MONTH_NAMES)
              + r"|jan|feb|mar|apr|jun|jul|aug|sep|sept|oct|nov|dec)\b\.?")
 _ABSOLUTE_AFTER = re.compile(
     r"\s*[,(\[:–—-]?\s*(?:on\s+|in\s+)?(?:\d{4}-\d{2}(?:-\d{2})?\b|\d{1,2}(?:st|nd|rd|th)?\s+" + _MONTH_RE
     + r"|" + _MONTH_RE + r"\s+(?:\d{1,2}|(?:19|20)\d{2})\b|(?:19|20)\d{2}\b)", re.IGNORECASE)
+
+
+def day_label(day: _dt.date) -> str:
+    """A day in words, as LoCoMo's answers and the resolved dates write it.
+
+    >>> day_label(_dt.date(2023, 5, 8))
+    '8 May 2023'
+    """
+    return f"{day.day} {MONTH_NAMES[day.month - 1]} {day.year}"
 
 
 @dataclass(frozen=True)
@@ -168,17 +177,17 @@ class DateSpan:
         ``29 May to 4 June 2023``; ``about ...`` when approximate."""
         a, b = self.first, self.last
         if self.granularity == "day":
-            text = f"{a.day} {_MONTH_NAMES[a.month - 1]} {a.year}"
+            text = day_label(a)
         elif self.granularity == "month":
-            text = f"{_MONTH_NAMES[a.month - 1]} {a.year}"
+            text = f"{MONTH_NAMES[a.month - 1]} {a.year}"
         elif self.granularity == "year":
             text = str(a.year)
         elif a.year != b.year:
-            text = f"{a.day} {_MONTH_NAMES[a.month - 1]} {a.year} to {b.day} {_MONTH_NAMES[b.month - 1]} {b.year}"
+            text = f"{a.day} {MONTH_NAMES[a.month - 1]} {a.year} to {b.day} {MONTH_NAMES[b.month - 1]} {b.year}"
         elif a.month != b.month:
-            text = f"{a.day} {_MONTH_NAMES[a.month - 1]} to {b.day} {_MONTH_NAMES[b.month - 1]} {b.year}"
+            text = f"{a.day} {MONTH_NAMES[a.month - 1]} to {b.day} {MONTH_NAMES[b.month - 1]} {b.year}"
         else:
-            text = f"{a.day} to {b.day} {_MONTH_NAMES[b.month - 1]} {b.year}"
+            text = f"{a.day} to {b.day} {MONTH_NAMES[b.month - 1]} {b.year}"
         return f"about {text}" if self.approximate else text
 
 
