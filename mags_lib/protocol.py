@@ -70,6 +70,10 @@ ABSTAIN_PHRASES: tuple[str, ...] = (
     "was not told", "can't answer", "cannot answer", "can't tell", "cannot tell", "cannot say", "can't say",
     "does not say", "doesn't say", "do not have that information", "don't have that information",
     "don't have information", "do not have information", "know nothing",
+    "don't have any information", "do not have any information", "don't have any record", "do not have any record",
+    "don't recall", "do not recall", "can't recall", "cannot recall", "no recollection", "nothing in my memory",
+    "not stored", "not recorded", "not aware", "not specified", "not stated", "not provided",
+    "does not mention", "doesn't mention", "no mention",
 )
 """Phrases that make a response an abstention ("the information is unknown / not in memory"), matched
 after :func:`normalize_answer` as whole-word runs (:func:`abstains`): one list for every scorer (the game's,

@@ -217,5 +217,26 @@ def test_a_points_value_gets_its_number_as_an_alias_never_its_verb():
     from mags_lib.game.generate import _aliases
 
     world = SimpleNamespace(entities=[])
-    assert _aliases("pay five points", world) == ["pay five points"]
+    assert "pay" not in _aliases("pay five points", world)
     assert "470" in _aliases("470 points", world) and "five" in _aliases("five points", world)
+
+
+@pytest.mark.parametrize("value, alias", [
+    ("frozen lemons", "frozen lemon"), ("strawberries", "strawberry"), ("bee stings", "bee sting"),
+    ("one six-sided dice", "one six-sided die"), ("one six-sided dice", "1 six-sided die"),
+    ("move back three squares", "move back 3 squares"), ("draw two cards", "draw 2 cards"),
+    ("12", "twelve"), ("forty years", "40 years"),
+])
+def test_aliases_hold_the_singular_and_numbers_in_digits_wherever_they_stand(value, alias):
+    # a reader that answered "a frozen lemon" or "move back 3 squares" named the value and was scored wrong
+    from mags_lib.game.generate import _aliases
+
+    got = _aliases(value, SimpleNamespace(entities=[]))
+    assert got[0] == value and alias in got
+
+
+@pytest.mark.parametrize("value", ["glass", "hummus", "chess", "bouldering", "lose a turn"])
+def test_no_singular_is_made_of_a_word_that_is_not_a_plural(value):
+    from mags_lib.game.generate import _aliases
+
+    assert _aliases(value, SimpleNamespace(entities=[])) == [value]

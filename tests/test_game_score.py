@@ -54,6 +54,11 @@ ABSTAIN_CASES = [
     ("I know it: Porto", False),  # knowing is not abstaining
     ("A piano idea", False),  # whole words only: 'pia-no idea' does not say 'no idea'
     ("Unknownland", False),  # 'unknown' inside a name
+    ("I don't have any information about that.", True),  # phrasings a reader uses that the list missed
+    ("I can't recall where she lives.", True),
+    ("There is nothing in my memory about it.", True),
+    ("The memory does not mention a dog.", True),
+    ("I recall that she lives in Porto.", False),  # recalling is not abstaining
 ]
 
 

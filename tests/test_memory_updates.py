@@ -36,8 +36,8 @@ def test_an_older_statement_ingested_later_is_history_not_current():
     say(g, [("Caroline", "lives in", "Denver")], "2023-04-01", "D1:1")  # said earlier, read later
     assert valid(g) == [("Caroline", "lives in", "Boston")]
     hist = g.history("Caroline", "lives in")
-    assert [(h["object"], h["valid"]) for h in hist] == [("Boston", True), ("Denver", False)]
-    assert hist[1]["invalidated_by"] == hist[0]["id"]
+    assert [(h["object"], h["valid"]) for h in hist] == [("Denver", False), ("Boston", True)]  # oldest first
+    assert hist[0]["invalidated_by"] == hist[1]["id"]
     # the newer statement, read later, does supersede
     say(g, [("Caroline", "lives in", "Paris")], "2023-06-01", "D3:1")
     assert valid(g) == [("Caroline", "lives in", "Paris")]

@@ -227,17 +227,36 @@ def _question(rel: T.Relation, subj: str, rng) -> str:
     return T.sentence_case(_fix(_pick(rng, rel.questions).format(S=subj).replace("the the ", "the ")))
 
 
+def _singular(word: str) -> str | None:
+    """The singular of a plural noun ("strawberries" -> "strawberry", "dice" -> "die"), or None."""
+    w = word.lower()
+    if w == "dice":
+        return word[:-3] + "ie"
+    if len(w) > 4 and w.endswith("ies"):
+        return word[:-3] + "y"
+    if w.endswith(("ches", "shes", "sses", "xes")):
+        return word[:-2]
+    if len(w) > 3 and w.endswith("s") and not w.endswith(("ss", "us", "is")):
+        return word[:-1]
+    return None
+
+
 def _aliases(value: str, world: World) -> list[str]:
-    """The value, plus its number in digits or words and, for a named place or game, its invented word."""
+    """The value; with its numbers in digits or in words, wherever they stand ("move back 3 squares"); with its
+    last word in the singular ("frozen lemon", "one six-sided die": a reader that answers in the singular names
+    the value); for a named place or game, its invented word."""
     out = [value]
     words = value.split()
-    if words and words[0].lower() in _DIGITS:
-        out.append(" ".join([_DIGITS[words[0].lower()]] + words[1:]))
     inv = {v: k for k, v in _DIGITS.items()}
-    if words and words[0] in inv:
-        out.append(" ".join([inv[words[0]]] + words[1:]))
+    for table in (_DIGITS, inv):
+        swapped = [table.get(w.lower() if table is _DIGITS else w, w) for w in words]
+        if swapped != words:
+            out.append(" ".join(swapped))
     if value.endswith(" points") and (words[0].isdigit() or words[0].lower() in _DIGITS):
         out.append(words[0])  # "470 points" -> "470"; never the verb of "pay five points" ("pay")
+    one = _singular(words[-1]) if words else None
+    if one is not None:
+        out += [" ".join(a.split()[:-1] + [one]) for a in list(out) if a.split()[-1] == words[-1]]
     for e in world.entities:
         if e.name == value and e.core != e.name:
             out.append(e.core)

@@ -69,8 +69,8 @@ from .store import (
     STAGE_WORKING,
     ColumnStore,
 )
-from .values import (clean_int, clean_source, clean_text, clean_time, clean_unit, earliest_time, instant_key,
-                     is_iso_time)
+from .values import (chronological_order, clean_int, clean_source, clean_text, clean_time, clean_unit,
+                     earliest_time, instant_key, is_iso_time)
 
 __all__ = ["OPS", "LiquidGraph", "check_op", "norm_key"]
 
@@ -1161,7 +1161,10 @@ class LiquidGraph:
             return []
         ed = self.edges
         mask = ed.alive & (ed.kind == EDGE_FACT) & (ed.src == i) & (ed.rel == rid)
-        return [self._edge_dict(e) for e in np.flatnonzero(mask).tolist()]
+        rows = np.flatnonzero(mask).tolist()
+        # by when each was first said (a statement read out of order takes its place); undated ones keep theirs
+        order = chronological_order([ed.valid_from_time[e] for e in rows])
+        return [self._edge_dict(rows[j]) for j in order]
 
     def find(self, text: str) -> str | None:
         """Id of the entity node whose normalised text (or an alias) equals ``text``, or None."""

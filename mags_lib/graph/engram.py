@@ -246,7 +246,10 @@ def engram(g, triplets, *, episode: str | None = None, source: str | None = None
             ed.last_used[e] = tick
             ed.uses[e] += 1
             g._add_provenance(e, episodes, sources)
-            ed.valid_from_time[e] = earliest_time(ed.valid_from_time[e], said)  # an older statement read later
+            start = ed.valid_from_time[e]
+            ed.valid_from_time[e] = earliest_time(start, said)  # an older statement read later
+            if cfg.time_order and when is not None and ed.valid[e] and ed.valid_from_time[e] != start:
+                _end_history_at(g, si, rid, e, when)  # the slot's older values now end where this one began
             rep.reinforced_edges.append(e)
         else:
             rivals = []
@@ -270,6 +273,9 @@ def engram(g, triplets, *, episode: str | None = None, source: str | None = None
                                     sources, valid=False, time=said)
                     ed.invalidated_by[e] = ed.uid[max(later, key=lambda x: (instant_key(fact_time(g, x)), x))]
                     ed.valid_to_time[e] = _first_said_after(g, later, when)  # true until the next statement
+                    # history read out of order: an older statement of the slot now ends at this one (Lima in
+                    # January, stored after Rome in March, ends at Oslo in February once that is read)
+                    _end_history_at(g, si, rid, e, when)
                     rep.rejected_edges.append(e)
                     call_edges.add(e)
                     continue
@@ -488,6 +494,37 @@ def _first_said_after(g, edges, when: str) -> str | None:
     times += [t for e in edges if not g.edges.episodes[e]
               for t in (_iso_day(g.edges.valid_from_time[e]),) if said_after(t, when)]
     return min(times, key=instant_key) if times else None
+
+
+def _end_history_at(g, si: int, rid: int, e: int, when: str) -> None:
+    """Fact ``e`` of subject row ``si`` (relation ``rid``) holds from ``when``: each superseded value of its slot
+    said before ``when`` and ending after it now ends at ``when``, superseded by ``e`` (a statement read out of
+    order takes its place in the slot's history)."""
+    ed = g.edges
+    for x in _stored_history(g, si, rid, e):
+        if said_after(when, fact_time(g, x)) and said_after(ed.valid_to_time[x], when):
+            ed.valid_to_time[x] = when
+            ed.invalidated_by[x] = ed.uid[e]
+
+
+def _stored_history(g, si: int, rid: int, new: int) -> list[int]:
+    """The superseded facts of subject row ``si`` in the slot of relation ``rid`` (the same relation, or a
+    functional one of the same slot) with an end in time, other than ``new``: the slot's history."""
+    ed = g.edges
+    rows = np.flatnonzero(ed.alive & ~ed.valid & (ed.kind == EDGE_FACT) & (ed.src == si)).tolist()
+    if not rows:
+        return []
+    slot, _ = relation_kind(g, g._rel_text[rid])
+    out = []
+    for x in rows:
+        if x == new or not ed.valid_to_time[x]:
+            continue
+        if ed.rel[x] != rid:
+            xslot, xfunc = relation_kind(g, g._rel_text[ed.rel[x]])
+            if not (xfunc and xslot == slot):
+                continue
+        out.append(x)
+    return out
 
 
 def _with(items: list, x) -> list:

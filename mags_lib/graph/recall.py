@@ -36,8 +36,12 @@ episodes only):
    with its context). With ``source_weight`` = s > 0 a fact's relevance is *grounded* in the turns
    that said it: ``(1 - s) * own + s * best``, ``best`` the best relevance of the alive episodes in
    its provenance (a fact that matches the query by a name alone, said in a turn about something
-   else, falls; one said in a relevant turn rises; with no alive episode it keeps its own). Each
-   item keeps its best score;
+   else, falls; one said in a relevant turn rises; with no alive episode it keeps its own). With
+   several queries, each chooses its anchors and traverses on its own (a node may anchor more than
+   one), every (item, query) pair a query's paths reached is scored against that query, and the
+   item keeps its best score over them: a recall does not depend on the order of its queries, and
+   an extra query never lowers an item's score (unless it turns history on: below). A year named by any query weighs down the items
+   outside every named year;
    The best ``A`` episode candidates of each query are scored as anchors are even when entity
    anchors took their places (``candidate_episodes``): an episode's score does not depend on being
    a traversal start, and without it a memory with entities lost its best episodes to them (on
@@ -96,7 +100,12 @@ from .values import clean_int
 
 __all__ = ["asks_about_past", "choose_anchors", "recall", "year_window"]
 
-_YEAR = re.compile(r"\b(1[89]\d\d|2[01]\d\d)\b")
+_YEAR = re.compile(r"(?<![\d$€£.,])\b(1[89]\d\d|2[01]\d\d)\b(?![.,]\d)")
+# a count, not a year: "2000 meters", "1500 km", "2000 points" (a unit or a plural noun after the number)
+_NOT_YEAR_AFTER = re.compile(
+    r"\s*(?:(?:km|m|cm|mm|kg|g|mg|lb|lbs|ft|mi|ml|l|kcal|k|h|hrs?|mins?|mph|kph|%)\b|(?!(?:was|has|does|is|"
+    r"this|his|its|plus|less|besides|always|perhaps|across|unless|whereas|sometimes|as|us|yes)\b)[a-z]{2,}s\b)",
+    re.IGNORECASE)
 
 
 def year_window(query: str) -> tuple[str, str] | None:
@@ -104,8 +113,15 @@ def year_window(query: str) -> tuple[str, str] | None:
 
     >>> year_window("What did blorps eat in 2022?"), year_window("What do blorps eat?")
     (('2022-01-01', '2022-12-31'), None)
+
+    A number followed by a unit or a plural noun counts something, a price or decimal is no year:
+
+    >>> year_window("How far does she run, 2000 meters?"), year_window("Was it $1999 or 2,000?")
+    (None, None)
+    >>> year_window("Where was she in 2019 and 2000 steps later?")
+    ('2019-01-01', '2019-12-31')
     """
-    m = _YEAR.search(query)
+    m = next((m for m in _YEAR.finditer(query) if not _NOT_YEAR_AFTER.match(query, m.end())), None)
     return None if m is None else (f"{m.group(1)}-01-01", f"{m.group(1)}-12-31")
 
 
@@ -125,6 +141,8 @@ def asks_about_past(query: str, markers: frozenset[str] | None = None) -> bool:
     (True, False)
     >>> asks_about_past("Who was the beforehand guest?")  # whole words only
     False
+    >>> asks_about_past("What does she eat before work?"), asks_about_past("Where was he before Lima?")
+    (False, True)
     """
     from .config import DEFAULT_PAST_MARKERS
     from .core import norm_key
@@ -134,7 +152,11 @@ def asks_about_past(query: str, markers: frozenset[str] | None = None) -> bool:
     text = f" {norm_key(query)} "
     if re.search(r" did(?:n ?t| not)? (?:\w+ ){0,4}use to ", text):
         return True
-    return any(f" {norm_key(m)} " in text for m in (DEFAULT_PAST_MARKERS if markers is None else markers))
+    found = [k for k in map(norm_key, DEFAULT_PAST_MARKERS if markers is None else markers) if f" {k} " in text]
+    if found == ["before"]:  # alone, "before" asks about the past at the end of the question ("What did she
+        # eat before?") or beside a verb in the past; "What does she do before work?" asks about a habit
+        return text.endswith(" before ") or re.search(r" (?:did|was|were|had|used)(?:n ?t)? ", text) is not None
+    return bool(found)
 
 
 def _in_window(start: str | int | None, end: str | int | None, window: tuple[str, str]) -> bool:
@@ -168,7 +190,7 @@ def choose_anchors(candidates: Sequence[int], similarities: Sequence[float], rea
     min_similarity : float
         Candidates below are never chosen.
     covered : set, optional
-        Nodes already covered (e.g. by anchors of an earlier query); updated in place.
+        Nodes already covered (by anchors chosen before this call); updated in place.
 
     Returns
     -------
@@ -261,10 +283,8 @@ def recall(g, query: str | Sequence[str], k: int = 10, query_embeddings: np.ndar
     ep_hits = g._ep_index.search(Q, n_cand, emb) if cfg.include_episodes else None
     rel_ = _Relevance(g, queries, Q, cfg, ent_hits, ep_hits)
 
-    covered: set = set()
     anchors: list[tuple[int, int, float]] = []  # (node, query, sim)
     ep_cands: list[tuple[int, np.ndarray, np.ndarray]] = []  # (query, best episode candidates, their sims)
-    chosen: set = set()
     for qi in range(len(queries)):
         rows, sims = rel_.candidates(g, qi, *ent_hits[qi], "ent", n_cand)
         if ep_hits is not None:
@@ -276,15 +296,16 @@ def recall(g, query: str | Sequence[str], k: int = 10, query_embeddings: np.ndar
                 rows, sims = rows[order], sims[order]
         if ep_hits is not None and cfg.candidate_episodes and erows.size:
             ep_cands.append((qi, erows[:n_anchors], esims[:n_anchors]))
-        cand = [int(r) for r in rows.tolist() if r not in chosen]
-        csim = [float(s) for r, s in zip(rows.tolist(), sims.tolist()) if r not in chosen]
+        cand = [int(r) for r in rows.tolist()]
+        csim = [float(s) for s in sims.tolist()]
         for r, s in zip(cand, csim):
             trace.candidates.append((g.node_id(r), qi, s))
         reach = [set(succ[c]) | set(pred[c]) | {c} for c in cand]
+        # each query chooses its anchors on its own (a node can anchor several queries): what one query
+        # recalls never depends on the queries sent before it
         picked = choose_anchors(cand, csim, reach, n_anchors, coverage_weight=cfg.coverage_weight,
-                                min_similarity=cfg.min_anchor_similarity, covered=covered)
+                                min_similarity=cfg.min_anchor_similarity)
         for node, sim, gain in picked:
-            chosen.add(node)
             anchors.append((node, qi, sim))
             trace.anchors.append(Anchor(g.node_id(node), nd.text[node], qi, sim, gain))
 
@@ -297,8 +318,10 @@ def recall(g, query: str | Sequence[str], k: int = 10, query_embeddings: np.ndar
     bq = cfg.branch_query_weight
     dfs = cfg.traversal == "dfs"
     with_eps = cfg.include_episodes
-    # key: edge id (fact) or -1 - node (episode) -> (weight, anchor_sim, query, path nodes, path edges)
-    reached: dict[int, tuple] = {}
+    # (key, query) -> (weight, anchor_sim, query, path nodes, path edges); key: edge id (fact) or -1 - node
+    # (episode). Every item is kept per query that reached it and scored against each (below): it keeps its
+    # best score over the queries, whatever their order
+    reached: dict[tuple[int, int], tuple] = {}
     node_w: dict[int, float] = {}
     edge_w: dict[int, float] = {}
     kinds = nd.kind
@@ -306,7 +329,7 @@ def recall(g, query: str | Sequence[str], k: int = 10, query_embeddings: np.ndar
     for a, qi, asim in anchors:
         node_w[a] = 1.0
         if kinds[a] == KIND_EPISODE:
-            reached[-1 - a] = (1.0, asim, qi, (a,), ())
+            reached[(-1 - a, qi)] = (1.0, asim, qi, (a,), ())
         visits = 0
         frontier = deque([(a, (a,), (), 1.0)])
         pop = frontier.pop if dfs else frontier.popleft
@@ -350,13 +373,13 @@ def recall(g, query: str | Sequence[str], k: int = 10, query_embeddings: np.ndar
                 if w2 > node_w.get(v, 0.0):
                     node_w[v] = w2
                 if ekind[e] == EDGE_FACT:
-                    old = reached.get(e)
+                    old = reached.get((e, qi))
                     if old is None or w2 * asim > old[0] * old[1]:
-                        reached[e] = (w2, asim, qi, nn, ne)
+                        reached[(e, qi)] = (w2, asim, qi, nn, ne)
                 if with_eps and kinds[v] == KIND_EPISODE:
-                    old = reached.get(-1 - v)
+                    old = reached.get((-1 - v, qi))
                     if old is None or w2 * asim > old[0] * old[1]:
-                        reached[-1 - v] = (w2, asim, qi, nn, ne)
+                        reached[(-1 - v, qi)] = (w2, asim, qi, nn, ne)
                 nexts.append((v, nn, ne, w2))
                 if visits >= max_visits:
                     break
@@ -369,9 +392,9 @@ def recall(g, query: str | Sequence[str], k: int = 10, query_embeddings: np.ndar
         for r, s in zip(erows.tolist(), esims.tolist()):
             if s < cfg.min_anchor_similarity:
                 continue
-            old = reached.get(-1 - r)
+            old = reached.get((-1 - r, qi))
             if old is None or s > old[0] * old[1]:
-                reached[-1 - r] = (1.0, float(s), qi, (r,), ())
+                reached[(-1 - r, qi)] = (1.0, float(s), qi, (r,), ())
     euid = ed.uid  # the trace and the items name edges by id, not by row
     trace.edge_weights = {int(euid[e]): float(w) for e, w in edge_w.items()}
     trace.node_weights = {g.node_id(n): float(w) for n, w in node_w.items()}
@@ -385,10 +408,11 @@ def recall(g, query: str | Sequence[str], k: int = 10, query_embeddings: np.ndar
 
     # -- scoring (vectorised over the reached items) ---------------------------------------------
     lam = cfg.relevance_weight
-    keys = list(reached)
+    pairs = list(reached)
+    keys = [x for x, _ in pairs]
     scores = np.zeros(0)
     if keys:
-        vals = [reached[x] for x in keys]
+        vals = [reached[x] for x in pairs]
         w_arr = np.array([v[0] for v in vals])
         a_arr = np.array([v[1] for v in vals])
         q_arr = np.array([v[2] for v in vals], dtype=np.int64)
@@ -415,12 +439,21 @@ def recall(g, query: str | Sequence[str], k: int = 10, query_embeddings: np.ndar
         scores = ((1.0 - lam) * a_arr * w_arr + lam * rel) * (0.5 + 0.5 * conf)
         if with_history and not past:
             scores[is_fact] *= np.where(ed.valid[karr[is_fact]], 1.0, cfg.history_weight)
-        window = next((w for w in map(year_window, queries) if w is not None), None)
-        if window is not None:
+        # the years any query names: an item outside all of them is weighed down (the question names the
+        # year; the ask model's queries may not)
+        windows = [w for w in map(year_window, queries) if w is not None]
+        if windows:
             for j, x in enumerate(keys):
-                if not _in_window(*_interval(g, x), window):
+                iv = _interval(g, x)
+                if not any(_in_window(*iv, w) for w in windows):
                     scores[j] *= cfg.year_weight
-    order = sorted(range(len(keys)), key=lambda j: (-scores[j], keys[j]))
+    # each item keeps its best score over the queries that reached it (ties: the query's text, then its index)
+    best_of: dict[int, int] = {}
+    for j, (x, qi) in enumerate(pairs):
+        b = best_of.get(x)
+        if b is None or (-scores[j], queries[qi], qi) < (-scores[b], queries[pairs[b][1]], pairs[b][1]):
+            best_of[x] = j
+    order = sorted(best_of.values(), key=lambda j: (-scores[j], keys[j]))
     max_ep = int(np.ceil(cfg.max_episode_share * int(k)))
     if cfg.episode_share_by_memory and with_eps and max_ep < int(k):
         # a memory mostly of episodes (few facts drawn) keeps for facts only their share of it (rounded up)
@@ -431,7 +464,7 @@ def recall(g, query: str | Sequence[str], k: int = 10, query_embeddings: np.ndar
             max_ep = int(k)  # a memory of episodes: facts and episodes ranked by score alone
         elif n_e + n_f:
             max_ep = max(max_ep, int(k) - int(np.ceil(f * int(k) - 1e-9)))
-    n_facts = sum(1 for x in keys if x >= 0)
+    n_facts = sum(1 for x in best_of if x >= 0)
     max_ep = max(max_ep, int(k) - n_facts)  # routing: episodes fill what facts cannot
     picked, n_ep = [], 0
     for j in order:
@@ -446,7 +479,7 @@ def recall(g, query: str | Sequence[str], k: int = 10, query_embeddings: np.ndar
     src_a, dst_a, rel_a = ed.src, ed.dst, ed.rel
     for j in picked:
         key = keys[j]
-        w, asim, qi, pn, pe = reached[key]
+        w, asim, qi, pn, pe = reached[pairs[j]]
         path = tuple(g.node_id(x) for x in pn)
         pe_ids = tuple(int(euid[e]) for e in pe)
         trace.paths.append(TracePath(path, pe_ids, float(w)))
@@ -467,7 +500,7 @@ def recall(g, query: str | Sequence[str], k: int = 10, query_embeddings: np.ndar
 
     # -- side effects --------------------------------------------------------------------------
     if items and (cfg.touch or cfg.coactivation):
-        rows = [reached[keys[j]] for j in picked]  # (weight, sim, query, path rows, path edge rows)
+        rows = [reached[pairs[j]] for j in picked]  # (weight, sim, query, path rows, path edge rows)
         used_edges = sorted(e for e in {e for r in rows for e in r[4]} | {keys[j] for j in picked if keys[j] >= 0}
                             if ed.valid[e])
         # a superseded fact is never touched nor co-activated: nor is the node only it reaches (its old object)
@@ -654,12 +687,12 @@ def _add_history(g, reached: dict, anchors: list) -> None:
     reached item's path): its weight is that path's weight times its own strength.
     """
     ed = g.edges
-    best: dict[int, tuple] = {}  # node -> (weight, anchor sim, query, path nodes, path edges)
+    best: dict[tuple[int, int], tuple] = {}  # (node, query) -> (weight, anchor sim, query, path nodes, path edges)
 
     def offer(node, w, asim, qi, pn, pe):
-        old = best.get(node)
+        old = best.get((node, qi))
         if old is None or w * asim > old[0] * old[1]:
-            best[node] = (w, asim, qi, pn, pe)
+            best[(node, qi)] = (w, asim, qi, pn, pe)
 
     for a, qi, asim in anchors:
         offer(a, 1.0, asim, qi, (a,), ())
@@ -674,14 +707,17 @@ def _add_history(g, reached: dict, anchors: list) -> None:
     if cand.size == 0:
         return
     mask = np.zeros(g.nodes.n, dtype=bool)
-    mask[list(best)] = True
+    mask[[n for n, _ in best]] = True
     cand = cand[mask[ed.src[cand]] | mask[ed.dst[cand]]]
+    queries = sorted({qi for _, qi in best})
     for x in cand.tolist():
         s_, o_ = int(ed.src[x]), int(ed.dst[x])
-        ends = [(n, other) for n, other in ((s_, o_), (o_, s_)) if n in best]
-        n, other = max(ends, key=lambda t: best[t[0]][0] * best[t[0]][1])
-        w, asim, qi, pn, pe = best[n]
-        w2 = w * float(ed.strength[x])
-        if other in pn:
-            continue
-        reached[x] = (w2, asim, qi, pn + (other,), pe + (x,))
+        for qi in queries:  # per query, as every reached item
+            ends = [(n, other) for n, other in ((s_, o_), (o_, s_)) if (n, qi) in best]
+            if not ends:
+                continue
+            n, other = max(ends, key=lambda t: best[(t[0], qi)][0] * best[(t[0], qi)][1])
+            w, asim, _, pn, pe = best[(n, qi)]
+            if other in pn:
+                continue
+            reached[(x, qi)] = (w * float(ed.strength[x]), asim, qi, pn + (other,), pe + (x,))

@@ -67,7 +67,10 @@ def clean_time(value: object, name: str = "time") -> str | None:
     """
     if value is None:
         return None
-    if isinstance(value, (_dt.date, _dt.time)):  # datetime is a date; pandas Timestamp is a datetime
+    if isinstance(value, _dt.time):  # a time of day names no moment: it would sort among dates as text
+        raise TypeError(f"{name} is a time of day without a date ({value.isoformat()}): pass a datetime "
+                        f"(datetime.combine(day, {name})) or an ISO string like '2023-05-08T{value.isoformat()}'")
+    if isinstance(value, _dt.date):  # datetime is a date; pandas Timestamp is a datetime
         iso = value.isoformat()
         if iso == "NaT":  # pandas' NaT is a datetime too
             raise ValueError(f"{name} is NaT (not a time)")
