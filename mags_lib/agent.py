@@ -1250,9 +1250,11 @@ class MAGS:
         return sid
 
     def rollback(self, sid: str) -> None:
-        """Restore the memory to snapshot ``sid``, and the consolidation adapter it was taken with."""
+        """Restore the memory to snapshot ``sid``, and the consolidation adapter it was taken with (a snapshot
+        taken by the graph itself, ``m.graph.snapshot()``, names no adapter: the one in use stays)."""
         self.graph.rollback(sid)
-        self.consolidated = self._snapshot_adapter.get(sid)
+        if sid in self._snapshot_adapter:
+            self.consolidated = self._snapshot_adapter[sid]
 
     def drop_snapshot(self, sid: str) -> None:
         """Free snapshot ``sid`` (``KeyError`` if unknown). ``config.graph.limits`` bounds how many are kept."""

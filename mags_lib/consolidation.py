@@ -130,7 +130,7 @@ class ConsolidationConfig:
                                   "templates (more paraphrases per fact; the held-out one stays a world template)")
     negatives_ratio: float = _f(0.1, "abstention rows per positive row: questions about what was not "
                                      "consolidated, answered with the 'not in memory' string")
-    open_book_ratio: float = _f(0.25, "open-book rehearsal rows per fact (the fact, or a newer value, in the memory "
+    open_book_ratio: float = _f(0.25, "open-book rehearsal rows per fact, at most 1 (the fact, or a newer value, in the memory "
                                       "block): recalled memory keeps overriding the adapter")
     # LoRA and training (the SFT stage of mags_lib.training)
     lora_r: int = _f(32, "LoRA rank")
@@ -181,10 +181,12 @@ class ConsolidationConfig:
             raise ValueError(f"min_strength must be in [0, 1] (edge strengths are in (0, 1]), got {self.min_strength!r}")
         if self.valid_only is not True:
             raise ValueError("valid_only must be True: a superseded fact must never be written into the weights")
-        for name in ("negatives_ratio", "open_book_ratio"):
+        for name, top in (("negatives_ratio", 4), ("open_book_ratio", 1)):  # open book: at most one row per fact
             v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v <= 4:
-                raise ValueError(f"{name} must be a number in [0, 4], got {v!r}")
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v <= top:
+                raise ValueError(f"{name} must be a number in [0, {top}], got {v!r}")
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
+            raise ValueError(f"seed must be an int >= 0, got {self.seed!r}")
         if not 0 < self.learning_rate < 1:
             raise ValueError(f"learning_rate must be in (0, 1), got {self.learning_rate!r}")
         if self.threads is not None and (not isinstance(self.threads, int) or self.threads < 1):
@@ -219,6 +221,10 @@ class ConsolidationConfig:
                 t.format(S="s", R="r")
             except (KeyError, IndexError, ValueError) as exc:
                 raise ValueError(f"template {t!r} may only use {{S}} and {{R}}: {exc}") from None
+        for t in self.question_templates:  # without the relation, one question has every fact's object as answer
+            if "{R}" not in t:
+                raise ValueError(f"question template {t!r} must name the relation with {{R}} (a question about the "
+                                 f"subject alone has as many right answers as the subject has facts)")
         if self.statements_per_fact > len(self.statement_templates):
             raise ValueError(f"statements_per_fact={self.statements_per_fact} needs as many statement_templates, "
                              f"got {len(self.statement_templates)}")
@@ -417,6 +423,8 @@ def render_examples(facts: Sequence[dict], config: ConsolidationConfig | None = 
                                "current": None, "speaker": None})
             order = rng.permutation(len(memory))
             add("open_book", train_qs[int(rng.integers(len(train_qs)))], value, [memory[int(i)] for i in order])
+    for i, r in enumerate(rows):  # ids were given before the recollections were deduplicated: one id per row
+        r["id"] = f"c{i}"
     order = rng.permutation(len(rows))
     return {"rows": [rows[int(i)] for i in order], "eval": eval_questions(facts, cfg), "negatives_eval": neg_eval}
 
@@ -438,18 +446,28 @@ def carried_facts(m: Any, selected: Sequence[dict]) -> list[dict]:
         return []
     record = Path(m.consolidated) / "consolidation.json"
     try:
-        old = json.loads(record.read_text()).get("facts") or []
-    except (OSError, ValueError):
-        return []
+        old = json.loads(record.read_text())
+        if not isinstance(old, dict) or not isinstance(old.get("facts", []), list):
+            raise ValueError("not a consolidation record (a JSON object with a list of facts)")
+        old = old.get("facts") or []
+        for f in old:
+            if not isinstance(f, dict) or not all(isinstance(f.get(k), str) for k in ("subject", "relation", "object")):
+                raise ValueError(f"a fact of the record is not {{subject, relation, object}}: {f!r}")
+    except (OSError, ValueError) as exc:  # training on would silently drop what the served adapter holds
+        raise ValueError(f"cannot read the facts of the consolidation adapter in use from {record} ({exc}): a new "
+                         f"version must carry them. Restore the record, roll back to a snapshot taken before that "
+                         f"version, or serve no adapter (m.set_consolidated(None)) to start afresh") from None
     have = {_key(f) for f in selected}
     now: dict[tuple[str, str], set[str]] = {}
     for f in m.graph.facts():
         s, r, o = _key(f)
         now.setdefault((s, r), set()).add(o)
+    stale = {_key(f) for f in m.graph.facts(include_invalid=True) if not f["valid"]} - {
+        (s, r, o) for (s, r), os_ in now.items() for o in os_}  # held only as superseded: never written back
     out, seen = [], set()
     for f in old:
         k = _key(f)
-        if k in have or k in seen or (k[:2] in now and k[2] not in now[k[:2]]):
+        if k in have or k in seen or k in stale or (k[:2] in now and k[2] not in now[k[:2]]):
             continue
         seen.add(k)
         out.append({**f, "id": f"carried-{f['id']}"})
@@ -613,7 +631,7 @@ class ConsolidationResult:
     version: int | None
     adapter: Path | None
     snapshot: str | None
-    previous_snapshot: str
+    previous_snapshot: str | None  # None: nothing trained (skipped), or the graph's snapshot limits dropped it
     facts: list[dict]
     n_rows: dict[str, int]
     seconds: float
@@ -662,24 +680,31 @@ def consolidate(m: Any, config: ConsolidationConfig | None = None, *, root: str 
     ConsolidationResult
         With ``snapshot``: the snapshot taken after the graph was demoted / pruned, which
         :meth:`MAGS.rollback` restores together with this adapter; ``previous_snapshot``: the one taken
-        before (rolling back to it restores the previous adapter and the facts as they were).
-        When no fact qualifies nothing is trained (``skipped`` says why; the memory is unchanged).
+        before (rolling back to it restores the previous adapter and the facts as they were; None when the
+        graph's snapshot limits left room for one snapshot only, said in a note).
+        When no fact qualifies nothing is trained (``skipped`` says why; the memory is unchanged and no snapshot
+        is taken). A failure or an interruption (``KeyboardInterrupt``) at any point leaves the memory, its
+        snapshots and the adapter in use as they were, and no version folder.
     """
+    import shutil
+
     from .models import base_model_dir
     from .training import train_stage
     from .training.run import rows_hash
 
     cfg = config or ConsolidationConfig()
     t0 = time.perf_counter()
+    if m.config.memory == "none":  # before any training: set_consolidated would refuse the adapter at the end
+        raise ValueError("memory='none' is the baseline without memory: there is no memory to consolidate, and it "
+                         "cannot answer through an adapter that holds a memory's facts; use memory='graph'")
     under, under_sha = _answer_adapter(m)
     if under is not None and cfg.trainer != "prefix":
         raise ValueError(f"consolidating on a trained answer model ({under}) needs trainer='prefix' (the TRL "
                          f"trainer learns on the base model only), got trainer={cfg.trainer!r}")
     root = Path(root)
     facts = select_facts(m.graph, cfg)
-    before = m.snapshot()
-    if not facts:
-        return ConsolidationResult(None, None, None, before, [], {}, time.perf_counter() - t0, 0.0, 0, 0,
+    if not facts:  # nothing changes: no snapshot either (one would push an older one out under the limits)
+        return ConsolidationResult(None, None, None, None, [], {}, time.perf_counter() - t0, 0.0, 0, 0,
                                    skipped=f"no fact passes the selection (min_strength={cfg.min_strength}, "
                                            f"min_uses={cfg.min_uses}, require_permanent={cfg.require_permanent})")
     chosen = {f["id"] for f in facts}
@@ -692,53 +717,68 @@ def consolidate(m: Any, config: ConsolidationConfig | None = None, *, root: str 
     folder = root / f"v{version}"
     tcfg = train_config(cfg)
     prompt = m.prompt_spec("answer")
-    t_train = time.perf_counter()
-    if cfg.trainer == "prefix":
-        metrics = _train_shared_prefix(tcfg, rows, folder, base_dir=base_model_dir(m.config.models_root),
-                                       prompt=prompt, layers=cfg.layers, merge=under, progress=progress, note=note,
-                                       anchor_weight=cfg.anchor_weight, anchor_per_step=cfg.anchor_per_step,
-                                       anchor_every=cfg.anchor_every)
-    else:
-        metrics = train_stage("sft", tcfg, rows, folder, base_dir=base_model_dir(m.config.models_root), prompt=prompt,
-                              data_hashes={"consolidation": rows_hash(rows)}, progress=progress, note=note).metrics
-    train_seconds = time.perf_counter() - t_train
-    import shutil
-
-    shutil.rmtree(folder / "checkpoints", ignore_errors=True)  # a finished adapter needs no resume point
-    eids = sorted(chosen)
-    after = None
-    try:  # all or nothing: a failure from here on (a full disk writing the record) leaves memory and adapter as before
+    prev_adapter, prev_snapshots = m.consolidated, dict(m._snapshot_adapter)
+    try:  # all or nothing: a failure or an interruption anywhere from here (training, a full disk writing the
+        # record) leaves memory, snapshots and adapter as they were, and no version folder: never one without its
+        # record (a later run starts its own version; an unfinished one is not resumed)
+        t_train = time.perf_counter()
+        if cfg.trainer == "prefix":
+            metrics = _train_shared_prefix(tcfg, rows, folder, base_dir=base_model_dir(m.config.models_root),
+                                           prompt=prompt, layers=cfg.layers, merge=under, progress=progress, note=note,
+                                           anchor_weight=cfg.anchor_weight, anchor_per_step=cfg.anchor_per_step,
+                                           anchor_every=cfg.anchor_every)
+        else:
+            metrics = train_stage("sft", tcfg, rows, folder, base_dir=base_model_dir(m.config.models_root),
+                                  prompt=prompt, data_hashes={"consolidation": rows_hash(rows)}, progress=progress,
+                                  note=note).metrics
+        train_seconds = time.perf_counter() - t_train
+        shutil.rmtree(folder / "checkpoints", ignore_errors=True)  # a finished adapter needs no resume point
+        eids = sorted(chosen)
+        # one transaction for both snapshots, the demotion and the record: a failure restores the graph and its
+        # snapshots exactly (the limits on snapshots may push `before` out when `after` is taken)
         with m.graph.transaction():
+            before = m.snapshot()
             if cfg.after == "demote":
                 changed = m.graph.demote(eids, cfg.demote_factor)
             elif cfg.after == "prune":
                 changed = m.graph.forget(eids)
             else:
                 changed = 0
-        m.set_consolidated(folder)
-        after = m.snapshot()
-        kinds: dict[str, int] = {}
-        for r in rows:
-            kinds[r["kind"]] = kinds.get(r["kind"], 0) + 1
-        result = ConsolidationResult(version, folder, after, before, facts, kinds, time.perf_counter() - t0,
-                                     train_seconds, _dir_bytes(folder), changed, data["eval"], data["negatives_eval"],
-                                     train_metrics=metrics)
-        from . import repro
-
-        record = {"format": FORMAT, "version": version, "config": cfg.to_dict(), "prompt": prompt.to_dict(),
-                  "answer_adapter": _adapter_identity(under, under_sha),
-                  "facts": [{k: f[k] for k in ("id", "subject", "relation", "object", "strength", "uses", "sources")}
-                            for f in facts + carried], "carried": len(carried),
-                  "eval": data["eval"], "negatives_eval": data["negatives_eval"],
-                  "train_metrics": metrics, **result.summary(), "git_sha": repro.git_sha(),
-                  "written_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
-        repro.atomic_write_text(folder / "consolidation.json", json.dumps(record, indent=1, default=str))
+            m.set_consolidated(folder)
+            after = m.snapshot()
+            if before not in m.graph.snapshots:  # LimitsConfig.max_snapshots / max_snapshot_bytes dropped it
+                note(f"consolidation v{version}: the snapshot before it ({before}) was dropped by the graph's "
+                     f"snapshot limits (config.graph.limits): rolling back to the previous version needs room for two")
+                before = None
+            result = _finish(m, cfg, version, folder, after, before, facts, carried, rows, data, metrics, t0,
+                                 train_seconds, changed, under, under_sha, prompt)
     except BaseException:
-        m.rollback(before)  # the graph and the adapter the snapshot was taken with
-        if after is not None and after in m.graph.snapshots:
-            m.drop_snapshot(after)
+        m.consolidated = prev_adapter  # the graph and its snapshots are back (the transaction); the adapters too
+        m._snapshot_adapter = {k: v for k, v in prev_snapshots.items() if k in m.graph.snapshots}
         shutil.rmtree(folder, ignore_errors=True)  # never served: no version without its record
         raise
+    return result
+
+
+def _finish(m, cfg, version, folder, after, before, facts, carried, rows, data, metrics, t0, train_seconds, changed,
+            under, under_sha, prompt) -> ConsolidationResult:
+    """The result and the version's record (``consolidation.json``, written last and atomically)."""
+    kinds: dict[str, int] = {}
+    for r in rows:
+        kinds[r["kind"]] = kinds.get(r["kind"], 0) + 1
+    result = ConsolidationResult(version, folder, after, before, facts, kinds, time.perf_counter() - t0,
+                                 train_seconds, _dir_bytes(folder), changed, data["eval"], data["negatives_eval"],
+                                 train_metrics=metrics)
+    from . import repro
+
+    record = {"format": FORMAT, "version": version, "config": cfg.to_dict(), "prompt": prompt.to_dict(),
+              "answer_adapter": _adapter_identity(under, under_sha),
+              "facts": [{k: f[k] for k in ("id", "subject", "relation", "object", "strength", "uses", "sources")}
+                        for f in facts + carried], "carried": len(carried),
+              "eval": data["eval"], "negatives_eval": data["negatives_eval"],
+              "train_metrics": metrics, **result.summary(), "git_sha": repro.git_sha(),
+              "written_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+    repro.atomic_write_text(folder / "consolidation.json", json.dumps(record, indent=1, default=str))
     return result
 
 
@@ -751,6 +791,7 @@ class Consolidator:
         self.m, self.config, self.root, self.note = m, config or ConsolidationConfig(), Path(root), note
         self.last_at = m.n_observations
         self.results: list[ConsolidationResult] = []
+        self.errors: list[str] = []  # scheduled consolidations that failed (see observe)
 
     @property
     def due(self) -> bool:
@@ -764,9 +805,18 @@ class Consolidator:
         return res
 
     def observe(self, text: str, **kw: Any) -> Any:
+        """``m.observe``, then a consolidation when one is due. The observation is stored whatever the
+        consolidation does: a failed one (it changed nothing: :func:`consolidate` is all or nothing) is noted,
+        kept in ``errors`` and tried again ``every_n_observations`` later, and the observation is returned."""
         obs = self.m.observe(text, **kw)
         if self.due:
-            self.step()
+            try:
+                self.step()
+            except Exception as exc:  # noqa: BLE001 -- the turn is stored: raising would lose its Observation
+                self.last_at = self.m.n_observations  # the next try after another every_n_observations
+                self.errors.append(f"after observation {self.m.n_observations}: {type(exc).__name__}: {exc}")
+                self.note(f"consolidation failed and changed nothing ({type(exc).__name__}: {exc}); the next try "
+                          f"comes after {self.config.every_n_observations} more observations")
         return obs
 
 

@@ -562,3 +562,187 @@ def test_a_second_consolidation_keeps_what_the_first_took_in(tmp_path, monkeypat
     assert not any("Teal Bridge" in r["response"] for r in seen[1])  # contradicted since: not carried
     asked = set(C.fact_questions("Blorps", "eat", cfg))  # never "not known" again
     assert asked and not any(r["input"] in asked for r in seen[1] if r["kind"] == "negative")
+
+
+# -- audit (2026-12-07, night): failures, limits, records, schedule ----------------------------------------
+def _fake_setup(tmp_path, monkeypatch, facts=(("Blorps", "eat", "frozen lemons"), ("Quindles", "live in", "Teal Bridge")),
+                **config):
+    from mags_lib import consolidation as C
+    from mags_lib import models
+
+    g = LiquidGraph(HashEmbedder(dim=64), seed=0)
+    for i, t in enumerate(facts):
+        g.engram([t], source=f"S{i}")
+    m = MAGS(MAGSConfig(embedder="hash", **config), graph=g)
+    seen: list[list[dict]] = []
+
+    def fake_train(tcfg, rows, folder, **kw):
+        seen.append(list(rows))
+        folder.mkdir(parents=True)
+        (folder / "adapter_config.json").write_text("{}")
+        return {}
+
+    monkeypatch.setattr(C, "_train_shared_prefix", fake_train)
+    monkeypatch.setattr(models, "base_model_dir", lambda *a, **k: tmp_path / "base")
+    return g, m, seen
+
+
+def test_an_interrupted_training_leaves_no_version_and_no_snapshot(tmp_path, monkeypatch):
+    # training ran outside the all-or-nothing block: a half-written v1 (its log, its checkpoints) and the
+    # snapshot taken before stayed, and the next run took v2
+    from mags_lib import consolidation as C
+
+    g, m, _ = _fake_setup(tmp_path, monkeypatch)
+
+    def interrupted(tcfg, rows, folder, **kw):
+        folder.mkdir(parents=True)
+        (folder / "log.csv").write_text("step,loss\n1,2.0\n")
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(C, "_train_shared_prefix", interrupted)
+    cfg = ConsolidationConfig(min_strength=0.0, min_uses=0)
+    before = g._state()
+    with pytest.raises(KeyboardInterrupt):
+        consolidate(m, cfg, root=tmp_path / "cons", note=lambda s: None)
+    from mags_lib.graph.core import _state_differences
+
+    assert _state_differences(before, g._state()) == [] and g.snapshots == [] and m.consolidated is None
+    assert not (tmp_path / "cons").exists() or list((tmp_path / "cons").iterdir()) == []
+
+
+def test_nothing_to_consolidate_takes_no_snapshot(tmp_path, monkeypatch):
+    # a skipped run took a snapshot, which under the limits pushed out the user's own
+    from mags_lib.graph import GraphConfig, LimitsConfig
+
+    g, m, _ = _fake_setup(tmp_path, monkeypatch)
+    g.config = GraphConfig(limits=LimitsConfig(max_snapshots=1))
+    mine = m.snapshot()
+    res = consolidate(m, ConsolidationConfig(min_uses=50), root=tmp_path / "cons", note=lambda s: None)
+    assert res.skipped and res.previous_snapshot is None and g.snapshots == [mine]
+
+
+def test_snapshot_limits_of_one_keep_a_failed_consolidation_all_or_nothing(tmp_path, monkeypatch):
+    # with max_snapshots=1 the snapshot after the demotion pushed out the one before: the failure path's rollback
+    # raised KeyError over the real error, and the demoted graph and an unrecorded version stayed
+    from pathlib import Path
+
+    from mags_lib import repro
+    from mags_lib.graph import GraphConfig, LimitsConfig
+    from mags_lib.graph.core import _state_differences
+
+    g, m, _ = _fake_setup(tmp_path, monkeypatch)
+    g.config = GraphConfig(limits=LimitsConfig(max_snapshots=1))
+    real_write = repro.atomic_write_text
+
+    def full_disk(path, text):
+        if Path(path).name == "consolidation.json":
+            raise OSError(28, "No space left on device")
+        return real_write(path, text)
+
+    monkeypatch.setattr(repro, "atomic_write_text", full_disk)
+    before = g._state()
+    with pytest.raises(OSError, match="No space left"):
+        consolidate(m, ConsolidationConfig(min_strength=0.0, min_uses=0, after="prune"), root=tmp_path / "cons",
+                    note=lambda s: None)
+    assert _state_differences(before, g._state()) == [] and m.consolidated is None and g.snapshots == []
+    assert list((tmp_path / "cons").iterdir()) == []
+    # and when it succeeds, the dropped snapshot before it is said, not returned as one to roll back to
+    monkeypatch.setattr(repro, "atomic_write_text", real_write)
+    notes: list[str] = []
+    res = consolidate(m, ConsolidationConfig(min_strength=0.0, min_uses=0), root=tmp_path / "cons",
+                      note=notes.append)
+    assert res.previous_snapshot is None and g.snapshots == [res.snapshot]
+    assert any("snapshot limits" in n for n in notes)
+
+
+def test_a_served_adapter_whose_record_is_unreadable_stops_the_next_version(tmp_path, monkeypatch):
+    # carried_facts returned [] for a missing or corrupt record: the next version trained without what the served
+    # adapter held (with after="prune" gone from the graph too); a JSON list raised AttributeError
+    g, m, seen = _fake_setup(tmp_path, monkeypatch)
+    cfg = ConsolidationConfig(min_strength=0.0, min_uses=0, after="prune")
+    first = consolidate(m, cfg, root=tmp_path / "cons", note=lambda s: None)
+    g.engram([("Snarfs", "fear", "purple umbrellas")], source="S9")
+    record = first.adapter / "consolidation.json"
+    for broken in ('{"facts": [', "[]", '{"facts": [{"subject": 1}]}'):
+        record.write_text(broken)
+        with pytest.raises(ValueError, match="cannot read the facts"):
+            consolidate(m, cfg, root=tmp_path / "cons", note=lambda s: None)
+        assert len(seen) == 1 and [f["object"] for f in g.facts()] == ["purple umbrellas"]
+
+
+def test_a_carried_fact_the_graph_holds_only_as_superseded_is_not_taught_again(tmp_path, monkeypatch):
+    # once the newer value left the graph, the carried old value (superseded in the graph) was written back
+    g, m, seen = _fake_setup(tmp_path, monkeypatch)
+    cfg = ConsolidationConfig(min_strength=0.0, min_uses=0, after="keep")
+    consolidate(m, cfg, root=tmp_path / "cons", note=lambda s: None)
+    g.engram([("Quindles", "live in", "Moon Gate")], source="S7")
+    g.forget([f["id"] for f in g.facts() if f["object"] == "Moon Gate"])
+    g.engram([("Snarfs", "fear", "purple umbrellas")], source="S8")
+    consolidate(m, ConsolidationConfig(min_strength=0.0, min_uses=0, after="keep"), root=tmp_path / "cons",
+                note=lambda s: None)
+    assert any(r["response"] == "frozen lemons" for r in seen[1])
+    assert not any("Teal Bridge" in r["response"] for r in seen[1])
+
+
+def test_memory_none_is_refused_before_training(tmp_path, monkeypatch):
+    g, m, seen = _fake_setup(tmp_path, monkeypatch, memory="none")
+    with pytest.raises(ValueError, match="memory='none'"):
+        consolidate(m, ConsolidationConfig(min_strength=0.0, min_uses=0), root=tmp_path / "cons", note=lambda s: None)
+    assert seen == [] and g.snapshots == []
+
+
+def test_a_failed_scheduled_consolidation_keeps_the_observation_and_tries_again_later(tmp_path, monkeypatch):
+    from mags_lib import consolidation as C
+
+    _, m, _ = _fake_setup(tmp_path, monkeypatch)
+    calls: list[int] = []
+
+    def oom(m_, cfg, root, note):
+        calls.append(m_.n_observations)
+        raise RuntimeError("CUDA out of memory")
+
+    monkeypatch.setattr(C, "consolidate", oom)
+    monkeypatch.setattr(m, "observe", lambda text, **kw: setattr(m, "n_observations", m.n_observations + 1) or text)
+    c = Consolidator(m, ConsolidationConfig(every_n_observations=2), root=tmp_path / "cons", note=lambda s: None)
+    got = [c.observe(f"turn {i}") for i in range(6)]
+    assert got == [f"turn {i}" for i in range(6)]  # every observation returned
+    assert calls == [2, 4, 6] and len(c.errors) == 3 and "CUDA out of memory" in c.errors[0]
+
+
+def test_snapshot_ids_go_on_after_a_save_and_load(tmp_path, monkeypatch):
+    # ids restarted at s0 after a load: a consolidation record's snapshot id named a later session's snapshot
+    g, m, _ = _fake_setup(tmp_path, monkeypatch)
+    first = [m.snapshot(), m.snapshot()]
+    m.save(tmp_path / "mem")
+    m2 = MAGS.load(tmp_path / "mem", embedder=g.embedder)
+    sid = m2.snapshot()
+    assert sid not in first
+    with pytest.raises(KeyError, match="was dropped"):
+        m2.rollback(first[0])
+
+
+def test_rolling_back_to_a_graph_snapshot_keeps_the_adapter_in_use(tmp_path, monkeypatch):
+    g, m, _ = _fake_setup(tmp_path, monkeypatch)
+    res = consolidate(m, ConsolidationConfig(min_strength=0.0, min_uses=0), root=tmp_path / "cons", note=lambda s: None)
+    sid = g.snapshot()  # the graph's own: it names no adapter
+    m.rollback(sid)
+    assert m.consolidated == res.adapter
+
+
+@pytest.mark.parametrize("kw, word", [
+    ({"open_book_ratio": 2.0}, "open_book_ratio"),  # one open-book row per fact at most: 2 was silently 1
+    ({"seed": -1}, "seed"), ({"seed": 1.5}, "seed"), ({"seed": None}, "seed"),
+    ({"question_templates": ("Tell me about {S}.",)}, "{R}"),  # every fact of the subject would answer it
+])
+def test_more_config_values_are_clear_errors(kw, word):
+    with pytest.raises(ValueError, match=word.replace("{", r"\{").replace("}", r"\}")):
+        ConsolidationConfig(**kw)
+
+
+def test_rendered_rows_have_unique_ids():
+    facts = [{"id": f"e{i}", "subject": s, "relation": r, "object": o} for i, (s, r, o) in enumerate(
+        [("Blorps", "eat", "frozen lemons"), ("Blorps", "live in", "Teal Bridge"), ("Snarfs", "fear", "rain")])]
+    rows = render_examples(facts, ConsolidationConfig(negatives_ratio=1.0), others=[
+        {"id": "x", "subject": "Zarnok", "relation": "guards", "object": "the Moon Gate"}])["rows"]
+    ids = [r["id"] for r in rows]
+    assert len(ids) == len(set(ids))

@@ -27,7 +27,8 @@ saves made before a column of :data:`~.store.ADDED_COLUMNS` existed (it takes it
 saves without the edges' validity times (``valid_from_time`` / ``valid_to_time``, added within version 2
 and ignored by older readers): their intervals are in ticks only.
 
-In-memory snapshots (:meth:`LiquidGraph.snapshot`) are not part of a save; the operation log is.
+In-memory snapshots (:meth:`LiquidGraph.snapshot`) are not part of a save (how many were taken is, so their ids
+go on after a load); the operation log is.
 :func:`graph_to_files` / :func:`graph_from_files` are the encoder and decoder on their own (a
 ``{relative path: bytes}`` mapping), used by the save and the load and by tests.
 """
@@ -115,6 +116,9 @@ def graph_to_files(g) -> dict[str, bytes]:
         "counts": {"nodes": g.nodes.n, "edges": g.edges.n, "relations": len(g._rel_text), "ops": len(g.oplog)},
         "stats": g.stats(),
         "base": g.oplog_base is not None,
+        # snapshots stay in memory, but their ids go on after a load: an id written down (a consolidation
+        # record) never names a later session's snapshot
+        "snapshots_taken": g._snap_counter,
         "files": {name: {"sha256": hashlib.sha256(data).hexdigest(), "bytes": len(data)}
                   for name, data in files.items()},
     }
@@ -221,6 +225,9 @@ def _manifest(files: Mapping, where: str) -> dict:
         raise _fail(mname, f"field 'seed' must be an integer or null, got {seed!r}")
     if not isinstance(manifest.get("base", False), bool):
         raise _fail(mname, "field 'base' must be true or false")
+    taken = manifest.get("snapshots_taken", 0)
+    if isinstance(taken, bool) or not isinstance(taken, int) or taken < 0:
+        raise _fail(mname, f"field 'snapshots_taken' must be a non-negative integer, got {taken!r}")
     return manifest
 
 
@@ -424,6 +431,7 @@ def graph_from_files(files: Mapping, embedder, config: GraphConfig | None = None
     except (ValueError, KeyError, IndexError, TypeError) as exc:
         raise _fail(where, f"inconsistent saved state ({exc})") from exc
     g.oplog_base = base
+    g._snap_counter = manifest.get("snapshots_taken", 0)
     return g
 
 
