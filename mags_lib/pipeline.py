@@ -90,6 +90,7 @@ import hashlib
 import io
 import itertools
 import json
+import math
 import os
 import platform
 import re
@@ -154,6 +155,18 @@ _STATE_VERSION = 1
 
 class PipelineError(Exception):
     """A problem found before or while running the pipeline (bad selection, tag clash, ...)."""
+
+
+def read_notebook(path: Path | str, nbformat: Any = None) -> Any:
+    """A notebook file read with nbformat (version 4); a truncated or foreign file is a :class:`PipelineError`
+    naming it, not a traceback from inside the JSON reader."""
+    if nbformat is None:
+        import nbformat
+    try:
+        return nbformat.read(str(path), as_version=4)
+    except (ValueError, KeyError, TypeError, AttributeError, nbformat.ValidationError) as exc:  # NotJSONError: a ValueError
+        raise PipelineError(f"{path} is not a valid notebook ({type(exc).__name__}: {exc}); restore it from git "
+                            f"(git checkout -- {path}) or fix it in JupyterLab") from None
 
 
 class ParameterError(PipelineError):
@@ -302,7 +315,7 @@ def inspect_parameters(path: Path | str) -> dict[str, dict[str, Any]]:
     import nbformat
     import papermill
 
-    nb = nbformat.read(str(path), as_version=4)
+    nb = read_notebook(path, nbformat)
     if not any("parameters" in c.get("metadata", {}).get("tags", []) for c in nb.cells):
         raise PipelineError(f"{Path(path).name} has no cell tagged 'parameters'; "
                             "tag the cell holding its typed parameters (see README)")
@@ -409,9 +422,12 @@ def parse_value(raw: Any, type_name: str) -> Any:
             raise ValueError(f"expected an integer ({type_name}), got {raw!r}") from None
     if base == "float":
         try:
-            return float(raw)
+            value = float(raw)
         except ValueError:
             raise ValueError(f"expected a number ({type_name}), got {raw!r}") from None
+        if not math.isfinite(value):  # no notebook parameter means "not a number" or infinity
+            raise ValueError(f"expected a finite number ({type_name}), got {raw!r}")
+        return value
     if base == "bool":
         low = raw.strip().lower()
         if low in _TRUE:
@@ -426,6 +442,12 @@ def parse_value(raw: Any, type_name: str) -> Any:
     want = {"list": list, "dict": dict, "tuple": (tuple, list), "set": (set, list)}.get(base)
     if want is not None and not isinstance(value, want):
         raise ValueError(f"expected {type_name}, got {type(value).__name__} {raw!r}")
+    inner = re.fullmatch(r"(?:list|tuple|set)\[(int|float|str|bool)(?:,\.\.\.)?\]", t, re.IGNORECASE)
+    if inner and want is not None:  # list[int]: every element an int ("[1, \"a\"]" is no list[int])
+        kind = {"int": int, "float": (int, float), "str": str, "bool": bool}[inner[1].lower()]
+        bad = [x for x in value if not isinstance(x, kind) or (kind is not bool and isinstance(x, bool))]
+        if bad:
+            raise ValueError(f"expected {type_name}, got the element {bad[0]!r} in {raw!r}")
     return value
 
 
@@ -519,7 +541,7 @@ _FIELD_RE = re.compile(r"\{(\w+(?:\|\w+)*)\}")  # {name}, or {a|b}: the first of
 def _nb_metadata(nb: NotebookInfo) -> dict:
     import nbformat
 
-    meta = nbformat.read(str(nb.path), as_version=4).metadata.get("mags", {})
+    meta = read_notebook(nb.path, nbformat).metadata.get("mags", {})
     if not isinstance(meta, dict):
         raise PipelineError(f"{nb.path.name}: metadata 'mags' must be a mapping, got {meta!r}")
     return meta
@@ -791,15 +813,30 @@ def input_hash(nb: NotebookInfo, parameters: Mapping[str, Any], *, upstream: Seq
     str
         Hex SHA-256.
     """
+    return _with_library(content_hash(nb, parameters, upstream=upstream, root=root, specs=specs,
+                                      environment=environment),
+                         library if library is not None else library_digest(library_files()))
+
+
+def _with_library(content: str, library: str) -> str:
+    """The input hash: a run's :func:`content_hash` with the digest of the library modules it imports."""
+    return hashlib.sha256(f"content:{content}\0library:{library}\0".encode()).hexdigest()
+
+
+def content_hash(nb: NotebookInfo, parameters: Mapping[str, Any], *, upstream: Sequence[str] = (),
+                 root: Path | None = None, specs: Mapping[str, dict] | None = None,
+                 environment: str | None = None) -> str:
+    """Everything :func:`input_hash` covers but the library: the notebook's cells, the parameters, the
+    environment, the declared inputs' files and the upstream hashes. The runner reads it once, before the
+    notebook runs, so an edit saved while it runs (a cell, an input file) is a change for the next run."""
     import nbformat
 
     root = root or _project_root()
-    doc = nbformat.read(str(nb.path), as_version=4)
+    doc = read_notebook(nb.path, nbformat)
     h = hashlib.sha256()
     for cell in doc.cells:
         h.update(cell.cell_type.encode() + b"\0" + cell.source.encode() + b"\0")
     h.update(json.dumps(dict(parameters), sort_keys=True, default=str).encode())
-    h.update(f"library:{library if library is not None else library_digest(library_files())}\0".encode())
     h.update(f"environment:{environment if environment is not None else environment_digest()}\0".encode())
     for pattern in declared_inputs(nb, parameters, specs):
         matches = sorted(glob.glob(str(root / pattern), recursive=True))
@@ -834,7 +871,26 @@ def _write_json_atomic(path: Path, data: dict) -> None:
 _STATE_LOCK = threading.RLock()  # the records of this process, shared by the threads of a parallel run
 
 
-def _save_state(path: Path, state: dict, key: str | None = None) -> None:
+def _runner_alive(record: Mapping) -> bool:
+    """True when a record marked running was started on this machine by another process that still exists."""
+    runner = record.get("runner")
+    if record.get("status") != "running" or not isinstance(runner, Mapping) or runner.get("host") != platform.node():
+        return False
+    try:
+        pid = int(runner["pid"])
+        if pid == os.getpid():
+            return False
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # it exists, under another user
+        return True
+    except (KeyError, TypeError, ValueError, OverflowError):
+        return False
+    return True
+
+
+def _save_state(path: Path, state: dict, key: str | None = None, *, claim: bool = False) -> None:
     """Write ``state`` to ``path``, keeping what another pipeline on the same run tag wrote meanwhile.
 
     Two runs on one run tag (e.g. ``--only 30`` and ``--only 45`` side by side, one per core) each
@@ -849,6 +905,12 @@ def _save_state(path: Path, state: dict, key: str | None = None) -> None:
             disk = _load_state(path)
             records = state["notebooks"]
             merged = dict(disk["notebooks"]) if disk is not None else {}
+            theirs = merged.get(key) if claim and key is not None else None
+            if theirs is not None and _runner_alive(theirs):  # two kernels would write one folder
+                runner = theirs["runner"]
+                raise PipelineError(f"{key} is being run by another pipeline on this run tag (pid {runner.get('pid')}, "
+                                    f"started {theirs.get('started_at')}): wait for it to finish, or stop it, then "
+                                    "run again")
             if key is not None:
                 merged[key] = records[key]  # the same object: the caller keeps updating it
             elif disk is None:
@@ -1332,11 +1394,10 @@ def _upstream(nb: NotebookInfo, needs: Mapping[str, list[str]], matrices: Mappin
                 for name in needs[nb.name] for k in _run_keys(name, matrices)]
 
 
-def _run_key(job: _Job, upstream: Sequence[str], specs: Mapping[str, dict], library: Mapping[str, str],
-             environment: str | None, imported: Sequence[str] | None) -> str:
-    """The input hash of a run, given the library modules it imports (``None``: all of them)."""
-    return input_hash(job.nb, job.params, upstream=upstream, specs=specs, environment=environment,
-                      library=library_digest(library, imported))
+def _run_key(content: str, library: Mapping[str, str], imported: Sequence[str] | None) -> str:
+    """The input hash of a run from its :func:`content_hash`, given the library modules it imports (``None``:
+    all of them)."""
+    return _with_library(content, library_digest(library, imported))
 
 
 def _forget_papermill_cwd() -> None:
@@ -1458,14 +1519,17 @@ def _run_one(job: _Job, n: int, *, needs, matrices, specs, state, state_path, ru
     records: dict[str, dict] = state["notebooks"]
     nb = job.nb
     upstream = _upstream(nb, needs, matrices, records)
-    key_for = functools.partial(_run_key, job, upstream, specs[nb.name], library, environment)
+    # read now, before it runs: the notebook and its inputs as this run sees them (the library is snapshotted too)
+    content = content_hash(job.nb, job.params, upstream=upstream, specs=specs[nb.name], environment=environment)
+    key_for = functools.partial(_run_key, content, library)
     out_dir = job.out_dir(run_dir)
     out_nb = out_dir / f"{nb.name}.ipynb"
     with _STATE_LOCK:
         prev = dict(records.get(job.key, {}))
     # the modules this run imported last time decide whether it is up to date
+    outputs_there = out_nb.exists() and all((out_dir / f).exists() for f in prev.get("outputs", []))
     if (not force and prev.get("status") == "done" and "library_modules" in prev
-            and prev.get("input_hash") == key_for(prev["library_modules"]) and out_nb.exists()):
+            and prev.get("input_hash") == key_for(prev["library_modules"]) and outputs_there):
         say(f"[skip {n}/{total}] {job.key}: done with the same parameters and inputs "
             f"({prev.get('wall_time_s')} s on {prev.get('finished_at')})")
         return
@@ -1477,13 +1541,21 @@ def _run_one(job: _Job, n: int, *, needs, matrices, specs, state, state_path, ru
     if job.point:
         rec["matrix"] = job.point
 
-    def save() -> None:
+    def save(claim: bool = False) -> None:
         # another thread's save may have replaced this run's entry with the copy on disk: put the live one back
         with _STATE_LOCK:
+            previous = records.get(job.key)
             records[job.key] = rec
-            _save_state(state_path, state, job.key)
+            try:
+                _save_state(state_path, state, job.key, claim=claim)
+            except PipelineError:
+                if previous is None:
+                    records.pop(job.key, None)
+                else:
+                    records[job.key] = previous
+                raise
 
-    save()
+    save(claim=True)
     say(f"[run {n}/{total}] {job.key} -> {out_dir}")
     relay = (_Relay(log, **({"prefix": f"    {job.key} | ", "lock": lock} if parallel else {}))
              if progress else None)
@@ -1541,6 +1613,8 @@ def _run_one(job: _Job, n: int, *, needs, matrices, specs, state, state_path, ru
     if error is None:
         rec["status"] = "done"
         rec.pop("error", None)
+        # what it wrote (its folder's files): one of them deleted, the run is no longer done
+        rec["outputs"] = sorted(p.name for p in out_dir.iterdir() if p.is_file() and not p.name.startswith("."))
         if imported is not None:
             rec.update(library_modules=imported, input_hash=key_for(imported))
         else:
@@ -1666,12 +1740,32 @@ def _on_sigterm(signum: int, frame: Any) -> None:
     raise _Terminated()
 
 
+def _join_param_values(argv: list[str]) -> list[str]:
+    """papermill's ``-p name value`` with a negative number argparse would take for an option (``-1e-3``,
+    ``-inf``): joined into ``name=value``, which reads the same.
+
+    >>> _join_param_values(["-p", "lr", "-1e-3", "--only", "20", "-p", "n=-3"])
+    ['-p', 'lr=-1e-3', '--only', '20', '-p', 'n=-3']
+    """
+    out, i = [], 0
+    while i < len(argv):
+        a = argv[i]
+        if (a in ("-p", "--param", "--parameters") and i + 2 < len(argv) and "=" not in argv[i + 1]
+                and re.fullmatch(r"-(?:\d[\w.+-]*|\.\d[\w.+-]*|inf|infinity)", argv[i + 2], re.IGNORECASE)):
+            out += [a, f"{argv[i + 1]}={argv[i + 2]}"]
+            i += 3
+            continue
+        out.append(a)
+        i += 1
+    return out
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Command-line entry point; returns the exit status (0 ok, 1 a notebook failed, 2 bad usage,
     130 interrupted, 143 terminated)."""
     import signal
 
-    args = _build_parser().parse_args(argv)
+    args = _build_parser().parse_args(_join_param_values(sys.argv[1:] if argv is None else list(argv)))
     only = [k.strip() for k in args.only.split(",") if k.strip()] if args.only is not None else None
     if only == []:  # an empty --only (e.g. an unset shell variable) must not mean "every notebook"
         print(f"error: --only {args.only!r} names no notebook; give numbers or names, e.g. --only 40 or "

@@ -83,6 +83,8 @@ def record(name: str, value: Any, unit: str, *, source: str, n: Any = None,
     if interval is not None:
         lo, hi = _num(interval[0]), _num(interval[1])
         iv = [lo, hi] if lo is not None and hi is not None else None
+    if n is not None and _num(n) is not None and float(n) != int(n):
+        raise ValueError(f"record {name!r}: n counts items, got {n!r}")
     rec = {"name": name, "value": _num(value), "unit": unit,
            "n": None if n is None or _num(n) is None else int(n), "interval": iv, "source": source}
     validate_record(rec)
@@ -391,13 +393,25 @@ def read_metrics(path: Path | str) -> dict:
     """Read a ``metrics.json``; an old file without records gets them from its extractor."""
     path = Path(path)
     doc = json.loads(path.read_text())
+    if not isinstance(doc, dict):  # a damaged file, reported as such (collect catches ValueError)
+        raise ValueError(f"{path}: a metrics file is a JSON object, got {type(doc).__name__}")  # noqa: TRY004
     if doc.get("format") == FORMAT:
+        if not isinstance(doc.get("records"), list):
+            raise ValueError(f"{path}: field 'records' must be a list of records")
         _validate_records(doc["records"], str(path))
         return doc
+    if doc.get("format") is not None:  # another writer's, or a newer version: its records are not ours to trust
+        raise ValueError(f"{path}: format {doc.get('format')!r} is not {FORMAT!r}; run its notebook again")
     _, stage = stage_of(path.parent)
-    doc = {"format": FORMAT, "stage": stage, "source": f"notebooks/{stage.split('/')[0]}.ipynb",
-           "records": extract_records(stage, doc), **doc}
-    return doc
+    try:  # an old file without records: its extractor reads them from the details
+        recs = extract_records(stage, doc)
+        _validate_records(recs, str(path))
+    except (AttributeError, TypeError, KeyError) as exc:
+        raise ValueError(f"{path}: its details do not have the shape the {stage} extractor reads ({exc}); run "
+                         "its notebook again") from None
+    rest = {k: v for k, v in doc.items() if k not in ("format", "records")}
+    return {"format": FORMAT, "stage": stage, "source": f"notebooks/{stage.split('/')[0]}.ipynb", **rest,
+            "records": recs}
 
 
 def _skip_reason(doc: Mapping) -> str | None:
@@ -420,9 +434,11 @@ def _expected_stages(notebooks_dir: Path | None) -> list[str]:
     return out
 
 
-def _run_command(stage: str, run_tag: str) -> str:
+def _run_command(stage: str, run_tag: str, profile: str | None = None) -> str:
     nb, _, value = stage.partition("/")
-    cmd = f"python -m mags_lib.pipeline --run-tag {run_tag} --only {nb[:2]}"
+    # the profile the run tag holds: the runner refuses another profile's run into it
+    cmd = ("python -m mags_lib.pipeline" + (f" --profile {profile}" if profile else "")
+           + f" --run-tag {run_tag} --only {nb[:2]}")
     if value:
         cmd += f" -p role={value}" if nb.startswith("20_") else f" # matrix value {value}"
     return cmd
@@ -476,7 +492,8 @@ def collect(run_tag: str, results_root: Path | str | None = None, notebooks_dir:
         pr = runs.get(stage, {})
         mpath = run / stage / "metrics.json"
         row = {"stage": stage, "status": "missing", "reason": None, "wall_time_s": pr.get("wall_time_s"),
-               "peak_mem_mb": pr.get("peak_mem_mb"), "n_records": 0, "command": _run_command(stage, run_tag)}
+               "peak_mem_mb": pr.get("peak_mem_mb"), "n_records": 0,
+               "command": _run_command(stage, run_tag, state.get("profile"))}
         stale = " (the metrics.json there is an earlier run's: left out)" if mpath.exists() else ""
         if pr.get("status") == "failed":
             err = pr.get("error") or {}
@@ -493,7 +510,7 @@ def collect(run_tag: str, results_root: Path | str | None = None, notebooks_dir:
             foreign = _foreign_reason(run / stage / "meta.json", run_tag, state.get("profile"))
             try:
                 doc = read_metrics(mpath)
-            except (ValueError, KeyError, json.JSONDecodeError) as e:
+            except (ValueError, KeyError, TypeError, AttributeError, json.JSONDecodeError) as e:
                 row.update(status="failed", reason=f"unreadable metrics.json: {e}")
             else:
                 if foreign:  # e.g. the notebook run by hand with profile = "smoke" into this run's folder
@@ -709,13 +726,15 @@ def _split_readme(text: str, path: Path) -> tuple[str, str, str]:
 def update_readme(readme: Path | str, data: Mapping, *, check: bool = False) -> str:
     """Rewrite (or, with ``check``, compare) the README block; returns the diff ('' when equal)."""
     readme = Path(readme)
-    text = readme.read_text()
-    head, old, tail = _split_readme(text, readme)
+    raw = readme.read_bytes().decode("utf-8")
+    crlf = "\r\n" in raw  # a README with Windows line ends keeps them, inside the block and out
+    head, old, tail = _split_readme(raw.replace("\r\n", "\n"), readme)
     new = render_readme_block(data)
     diff = "".join(difflib.unified_diff(old.splitlines(True), new.splitlines(True),
                                         f"{readme} (committed)", "rendered from the report"))
     if diff and not check:
-        repro.atomic_write_text(readme, head + new + tail)
+        text = head + new + tail
+        repro.atomic_write_text(readme, text.replace("\n", "\r\n") if crlf else text)
     return diff
 
 

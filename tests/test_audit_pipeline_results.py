@@ -169,3 +169,128 @@ def test_a_stage_written_by_another_profile_or_run_is_left_out(tmp_path, params,
     assert row["status"] == "missing" and fragment in row["reason"]
     assert not [r for r in data["records"] if r["stage"] == "50_game_evaluation"]
     assert "missing: 50_game_evaluation" in results.render_markdown(data)
+
+
+# ------------------------------------------------------------------------------------------------
+# audit (2026-12-07, night): what a resume may skip, a live runner, the report's commands, metrics' shapes
+def _runner(nbs: Path, root: Path, capsys):
+    def run(*args: str, ok: bool = True) -> tuple[int, dict, str]:
+        capsys.readouterr()
+        rc = pipeline.main(["--notebooks-dir", str(nbs), "--results-root", str(root), "--profile", "smoke",
+                            "--no-progress", *args])
+        err = capsys.readouterr().err
+        if ok:
+            assert rc == 0, err[-3000:]
+        return rc, {line.split()[2].rstrip(":"): line.split()[0][1:] for line in err.splitlines()
+                    if line.startswith(("[run", "[skip"))}, err
+    return run
+
+
+def test_an_input_edited_while_its_notebook_runs_is_a_change_for_the_next_run(tmp_path, capsys):
+    # the resume hash read the notebook and its inputs when the run ended: an edit saved meanwhile was taken for
+    # what the run had used, and the next run skipped it
+    data = tmp_path / "in.txt"
+    data.write_text("v1")
+    nbs = tmp_path / "nbs"
+    nb = write_nb(nbs / "00_a.ipynb", "from pathlib import Path\n"
+                  f"p = Path({str(data)!r})\nseen = p.read_text()\np.write_text('v2')  # saved while it runs",
+                  mags={"needs": [], "inputs": [str(data)]})
+    assert nb.exists()
+    run = _runner(nbs, tmp_path / "results", capsys)
+    assert run()[1] == {"00_a": "run"}
+    assert run()[1] == {"00_a": "run"}  # it ran on v1; v2 is new to it
+    data.write_text("v2")  # as the second run left it: nothing changed since
+    assert run()[1] == {"00_a": "skip"}
+
+
+def test_a_done_run_whose_outputs_were_deleted_runs_again(tmp_path, capsys):
+    nbs = tmp_path / "nbs"
+    write_nb(nbs / "00_a.ipynb", "from mags_lib import repro\n"
+             "(repro.run_dir(run_tag, '00_a') / 'metrics.json').write_text('{}')", mags={"needs": []})
+    root = tmp_path / "results"
+    run = _runner(nbs, root, capsys)
+    assert run()[1] == {"00_a": "run"}
+    assert run()[1] == {"00_a": "skip"}
+    (root / "smoke" / "00_a" / "metrics.json").unlink()  # the report says missing: its command must rebuild it
+    assert run()[1] == {"00_a": "run"}
+    assert (root / "smoke" / "00_a" / "metrics.json").exists()
+
+
+def test_a_notebook_another_live_pipeline_runs_is_not_started_again(tmp_path, capsys):
+    import os
+    import platform
+    import subprocess
+    import sys
+
+    nbs = tmp_path / "nbs"
+    write_nb(nbs / "00_a.ipynb", "x = 1", mags={"needs": []})
+    root = tmp_path / "results"
+    run = _runner(nbs, root, capsys)
+    run()
+    state_path = root / "smoke" / "pipeline.json"
+    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        state = json.loads(state_path.read_text())
+        state["notebooks"]["00_a"].update(status="running", runner={"pid": other.pid, "host": platform.node()})
+        state_path.write_text(json.dumps(state))
+        rc, _, err = run("--force", ok=False)
+        assert rc == 2 and "being run by another pipeline" in err and str(other.pid) in err
+        assert json.loads(state_path.read_text())["notebooks"]["00_a"]["runner"]["pid"] == other.pid  # untouched
+    finally:
+        other.kill()
+        other.wait()
+    rc, got, _ = run("--force")  # its runner gone: the run is this one's to make
+    assert got == {"00_a": "run"} and json.loads(state_path.read_text())["notebooks"]["00_a"]["runner"]["pid"] == os.getpid()
+
+
+def test_a_corrupt_notebook_is_named_in_a_clear_error(tmp_path, capsys):
+    nbs = tmp_path / "nbs"
+    write_nb(nbs / "00_a.ipynb", "x = 1", mags={"needs": []})
+    (nbs / "10_broken.ipynb").write_text('{"cells": [')
+    rc = pipeline.main(["--notebooks-dir", str(nbs), "--results-root", str(tmp_path / "r"), "--list"])
+    err = capsys.readouterr().err
+    assert rc == 2 and "10_broken.ipynb is not a valid notebook" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("raw, type_name", [("nan", "float"), ("-inf", "float"), ('[1, "a"]', "list[int]"),
+                                            ("[True]", "list[int]")])
+def test_parameters_that_are_no_number_or_hold_the_wrong_elements_are_refused(raw, type_name):
+    with pytest.raises(ValueError, match="finite|element"):
+        pipeline.parse_value(raw, type_name)
+
+
+def test_papermill_form_takes_a_negative_number_in_exponent_form():
+    args = pipeline._build_parser().parse_args(pipeline._join_param_values(["-p", "ratio", "-1e-3", "-p", "n", "-.5"]))
+    assert pipeline._parse_kv(args.param) == {"ratio": "-1e-3", "n": "-.5"}
+
+
+def test_metrics_of_another_format_or_shape_are_refused_not_counted_done(tmp_path):
+    stage = tmp_path / "50_game_evaluation"
+    stage.mkdir()
+    m = stage / "metrics.json"
+    for doc, word in [([1, 2], "JSON object"),
+                      ({"format": "mags-metrics/2", "records": [{"name": "x", "value": 0.9, "unit": "accuracy"}]},
+                       "format"),
+                      ({"format": results.FORMAT, "records": "all"}, "records")]:
+        m.write_text(json.dumps(doc))
+        with pytest.raises(ValueError, match=word):
+            results.read_metrics(m)
+    with pytest.raises(ValueError, match="n counts items"):
+        results.record("x", 0.5, "accuracy", source="s", n=2.5)
+
+
+def test_regenerating_the_readme_keeps_its_line_ends(tmp_path):
+    readme = tmp_path / "README.md"
+    readme.write_bytes(b"# x\r\n\r\n<!-- results:begin -->\r\nold\r\n<!-- results:end -->\r\n\r\nafter\r\n")
+    data = json.loads((Path(__file__).parents[1] / "reports" / "default.json").read_text())  # the committed report
+    assert results.update_readme(readme, data)  # the block differed: rewritten
+    raw = readme.read_bytes()
+    assert raw.count(b"\n") == raw.count(b"\r\n") and raw.endswith(b"after\r\n") and b"old" not in raw
+
+
+def test_the_project_notebooks_declare_the_files_their_parameters_make_them_read():
+    # 70 declared the default LoCoMo path whatever data_path said; 45 read models/answer/default/ undeclared
+    nbs = {nb.name: nb for nb in pipeline.discover_notebooks(Path(__file__).parents[1] / "notebooks")}
+    got = pipeline.declared_inputs(nbs["70_locomo_benchmark"], {"data_path": "data/my_locomo.json"})
+    assert "data/my_locomo.json" in got and not any("locomo10" in p for p in got)
+    assert "models/answer/default/meta.json" in pipeline.declared_inputs(nbs["45_consolidation"], {})

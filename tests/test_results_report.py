@@ -394,7 +394,8 @@ def test_readme_render_and_check(tmp_path, capsys):
     text = readme.read_text()
     assert text.startswith("# x\n\n## Results\n\nhand text\n") and text.endswith("\n\nafter\n")
     assert "| 50_game_evaluation | graph_base accuracy | 0.125 | accuracy | 8 | [0, 0.25] |" in text
-    assert "- missing: 10_generate_datasets — run `python -m mags_lib.pipeline --run-tag r --only 10`" in text
+    # the profile the run tag holds (the runner refuses a default run into a smoke tag: the command would fail)
+    assert "- missing: 10_generate_datasets — run `python -m mags_lib.pipeline --profile smoke --run-tag r --only 10`" in text
     assert "- skipped: 55_textworld — jericho is not installed" in text
     assert results.main([*args, "--check"]) == 0
     readme.write_text(text.replace("| 0.125 |", "| 0.135 |"))
