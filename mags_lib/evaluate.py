@@ -217,13 +217,17 @@ def evaluate_sets(sets: dict[str, Sequence[dict]], out_dir: str | Path, config: 
             if role == "ask" and cfg.retrieval and any(r.get("context") for r in rows):
                 from .rewards import ask_retrieval_reward
 
-                got = ask_retrieval_reward(outputs, context=[r.get("context") or [] for r in rows],
-                                           gold_facts=[r.get("gold_facts") or [] for r in rows],
-                                           embedder=cfg.embedder, seed=cfg.seed)
-                for x, v in zip(records, got):
-                    x["retrieval"] = v
+                kw = {"context": [r.get("context") or [] for r in rows],
+                      "gold_facts": [r.get("gold_facts") or [] for r in rows], "embedder": cfg.embedder,
+                      "seed": cfg.seed}
+                got = ask_retrieval_reward(outputs, score="recall", **kw)
+                # beside it the precision of what the queries recalled: recall alone rewards spraying queries
+                prec = ask_retrieval_reward(outputs, score="precision", **kw)
+                for x, v, pr in zip(records, got, prec):
+                    x["retrieval"], x["retrieval_precision"] = v, pr
                 extra["retrieval"] = float(np.mean(got))
-                score_cols += ("retrieval",)
+                extra["retrieval_precision"] = float(np.mean(prec))
+                score_cols += ("retrieval", "retrieval_precision")
             secs = float(sum(x["seconds"] for x in records))
             new_tok = float(sum(x["n_new_tokens"] for x in records))
             table.append({"set": name, "role": role, "mode": mode, "prompt": spec.name, **rep.summary(), **extra,

@@ -51,7 +51,7 @@ __all__ = [
     "asks_to_text", "writes_to_text", "normalize_text", "normalize_answer", "normalize_triplet", "abstains",
     "alias_in", "matching_alias", "GRAMMARS", "grammar",
     "SYSTEM_PROMPTS", "TRAINED_SYSTEM_PROMPTS", "FEW_SHOT", "build_messages", "format_facts", "format_item",
-    "ABSTAIN_ANSWER", "ABSTAIN_PHRASES",
+    "ABSTAIN_ANSWER", "ABSTAIN_PHRASES", "AnswerForm", "answer_form",
 ]
 
 ROLES = ("ask", "write")
@@ -461,6 +461,61 @@ def matching_alias(response: str, aliases: Sequence[str]) -> str | None:
         if any(not any(s <= i and j <= e for s, e in inside) for i, j in found):
             return alias
     return None
+
+
+# words that neither answer nor abstain: a reply's politeness and glue ("sorry", "that"), beside the stopwords
+_FILLER = frozenset({"sorry", "unfortunately", "afraid", "well", "hmm", "answer", "yes", "no", "ok", "okay", "sure"})
+
+
+@dataclass(frozen=True)
+class AnswerForm:
+    """How a reply answers: the alias it names (:func:`matching_alias`'s rule), whether it abstains outside
+    that alias (an abstention phrase inside the alias, "Unknown Pleasures", is the answer), and the content
+    words it says besides both (stopwords and fillers left out): a guess beside an abstention, or other
+    candidates beside the answer."""
+
+    alias: str | None
+    abstains: bool
+    extra: tuple[str, ...]
+
+    def strict(self, n_alias_words: int = 1, slack: int = 2) -> bool | None:
+        """Whether the reply commits: True for one answer and nothing else (at most ``max(slack,
+        n_alias_words)`` other content words, "They eat frozen lemons"), False for a hedge (an answer or a guess
+        beside an abstention) or a list of candidates, None for a pure abstention."""
+        if self.abstains and not self.extra and self.alias is None:
+            return None
+        if self.abstains:
+            return False
+        return len(self.extra) <= max(slack, n_alias_words)
+
+
+def answer_form(response: str, aliases: Sequence[str] = (), question: str | None = None) -> AnswerForm:
+    """The :class:`AnswerForm` of ``response`` for ``aliases`` (empty: a question nothing answers); words of
+    ``question`` are not counted as extra ("I don't know where Mina lives" abstains, and guesses nothing).
+
+    >>> answer_form("Not sure, figs?", ["figs"]).strict(), answer_form("Frozen lemons.", ["frozen lemons"]).strict()
+    (False, True)
+    >>> answer_form(ABSTAIN_ANSWER).strict(), answer_form("Unknown Pleasures", ["Unknown Pleasures"]).abstains
+    (None, False)
+    >>> answer_form("plums, lemons, caves, figs, dates", ["figs"]).strict(), answer_form("Not sure, figs?").strict()
+    (False, False)
+    """
+    from .graph.lexical import _stopwords
+
+    words = normalize_answer(response).split()
+    absts = [span for p in _ABSTAIN_RUNS for span in _runs(words, p.split())]
+    alias, spans = None, []
+    for a in aliases:
+        found = [(i, j) for i, j in _runs(words, normalize_answer(a).split())
+                 if not any(s <= i and j <= e for s, e in absts)]
+        if found:
+            alias, spans = a, found
+            break
+    outside = [(s, e) for s, e in absts if not any(i <= s and e <= j for i, j in spans)]
+    covered = {k for s, e in spans + outside for k in range(s, e)}
+    stop = _stopwords("en_plus") | _FILLER | frozenset(normalize_answer(question or "").split())
+    extra = tuple(w for k, w in enumerate(words) if k not in covered and w not in stop)
+    return AnswerForm(alias, bool(outside), extra)
 
 
 def alias_in(response: str, alias: str) -> bool:

@@ -21,12 +21,15 @@ name                      range         what it scores
                                         same tag, cosine >= 0.65)
                                         (both: ``score="min"`` scores min(precision, recall)
                                         instead of F1, see :data:`SCORES`)
-``ask_retrieval``         [0, 1]        share of ``gold_facts`` that the asked queries retrieve
-                                        from a small LiquidGraph built from ``context``
+``ask_retrieval``         [0, 1]        F1 of the facts the asked queries retrieve from a small
+                                        LiquidGraph built from ``context`` against ``gold_facts``
+                                        (``score="recall"``: the share of them found)
 ``length``                [-1, 0]       penalty for output longer than ``slack`` x gold + margin
 ``answer_correct``        {0, 1}        answer role: the game's rule (an alias as a whole-word run;
-                                        with no alias, an abstention)
-``abstention``            {0, 1}        answer role: abstains exactly when there is no alias
+                                        with no alias, an abstention), and committed (no hedge, no
+                                        list of candidates: ``strict``)
+``abstention``            [-1, 1]       answer role: abstains exactly when there is no alias
+                                        (``wrong_answer`` in [-1, 1] for a wrong answer)
 ``brevity``               [-1, 0]       answer role: penalty for words beyond ``slack`` x the gold
                                         answer's words + ``margin``
 ``ops_cost``              [-1, 0]       graph cost: operations stored beyond the gold's count
@@ -61,7 +64,6 @@ from .metrics import (
     SIM_THRESHOLD,
     answer_correct,
     exact_matches,
-    is_abstention,
     prf,
     resolve_embedder,
     semantic_matches,
@@ -244,9 +246,13 @@ def _graph_for(context: tuple, embedder, seed: int):
 
 def ask_retrieval_reward(completions: Sequence, context: Sequence | None = None,
                          gold_facts: Sequence | None = None, *, embedder="minilm", k: int = 1,
-                         per_query: bool = True, max_queries: int = 8, seed: int = 0,
+                         per_query: bool = True, max_queries: int = 8, seed: int = 0, score: str = "f1",
                          **kwargs) -> list[float]:
-    """Share of the gold facts that the completion's queries retrieve from a graph of the context.
+    """How well the completion's queries retrieve the gold facts from a graph of the context: with
+    ``score="f1"`` (the default for training) the F1 of the recalled facts against the gold ones, so that
+    spraying queries costs (recall alone can only rise with every query: 8 template queries scored 1.0 where
+    the one natural query scored 0, found by an audit); ``"recall"``: the share of the gold facts found (the
+    held-out "retrieval" metric, reported beside its precision).
 
     For each example a :class:`~mags_lib.graph.LiquidGraph` is built from its ``context`` triplets
     (the facts a memory would hold), the completion's ``<memory_ask>`` queries (lenient parse, at most
@@ -266,7 +272,15 @@ def ask_retrieval_reward(completions: Sequence, context: Sequence | None = None,
     ...                      context=[ctx] * 3, gold_facts=[[["blorps", "eat", "frozen lemons"]]] * 3,
     ...                      embedder="hash", k=1)
     [1.0, 0.0, 0.0]
+    >>> spray = "".join(f"<memory_ask>{s} {r}</memory_ask>" for s in ("blorps", "quindles", "Odalie")
+    ...                 for r in ("eat", "fear", "works as"))
+    >>> kw = dict(context=[ctx] * 2, gold_facts=[[["blorps", "eat", "frozen lemons"]]] * 2, embedder="hash")
+    >>> one = "<memory_ask>what do blorps eat</memory_ask>"
+    >>> ask_retrieval_reward([one, spray], **kw), ask_retrieval_reward([one, spray], score="recall", **kw)
+    ([1.0, 0.5], [1.0, 1.0])
     """
+    if score not in ("f1", "recall", "precision"):
+        raise ValueError(f"ask_retrieval score must be f1, recall or precision, got {score!r}")
     n = len(completions)
     contexts = _column(context, n, "context", default=_REQUIRED)
     golds = _column(gold_facts, n, "gold_facts", default=_REQUIRED)
@@ -290,7 +304,10 @@ def ask_retrieval_reward(completions: Sequence, context: Sequence | None = None,
         for q in (queries if per_query else [queries]):
             res = g.recall(q if per_query or len(q) > 1 else q[0], k=k)
             found |= {protocol.normalize_triplet(it.triplet) for it in res.items if it.triplet is not None}
-        out.append(len(gold_keys & found) / len(gold_keys))
+        hit = len(gold_keys & found)
+        rec, prec = hit / len(gold_keys), (hit / len(found) if found else 0.0)
+        out.append({"recall": rec, "precision": prec,
+                    "f1": 2 * prec * rec / (prec + rec) if hit else 0.0}[score])
     return out
 
 
@@ -327,21 +344,45 @@ def _aliases(aliases, n: int) -> list[list[str]]:
 
 
 def answer_correct_reward(completions: Sequence, aliases: Sequence[Sequence[str]] | None = None,
+                          input: Sequence[str] | str | None = None, *, strict: bool = True,
                           **kwargs) -> list[float]:
-    """1.0 when the answer is correct by the game's rule (:func:`mags_lib.metrics.answer_correct`).
+    """1.0 when the answer is correct: by the game's rule (:func:`mags_lib.metrics.answer_correct`), and with
+    ``strict`` (the default for training) only when it commits (:meth:`mags_lib.protocol.AnswerForm.strict`):
+    an answer beside an abstention ("Not sure, figs?") or among other candidates ("plums, lemons, figs") is
+    not, and nor is an abstention beside a guess on a question nothing answers. ``input``: the questions
+    (their words are no guess). The game scores such replies right (DESIGN.md's rule, README); a reward that
+    did taught the reader to hedge and to list (found by an audit).
 
     >>> answer_correct_reward(["Frozen lemons.", "lemons", "I don't know", "I don't know"],
     ...                       aliases=[["frozen lemons"], ["frozen lemons"], [], ["figs"]])
     [1.0, 0.0, 1.0, 0.0]
+    >>> answer_correct_reward(["Not sure, figs?", "plums, lemons, caves, figs", "Not sure, figs?"],
+    ...                       aliases=[["figs"], ["figs"], []])
+    [0.0, 0.0, 0.0]
     """
-    return [float(answer_correct(completion_text(c), a)) for c, a in zip(completions, _aliases(aliases, len(completions)))]
+    out = []
+    qs = _column(input, len(completions), "input", default=None)
+    for c, a, q in zip(completions, _aliases(aliases, len(completions)), qs):
+        text = completion_text(c)
+        ok = answer_correct(text, a)
+        if ok and strict:
+            form = protocol.answer_form(text, a, q)
+            ok = form.strict(max((len(protocol.normalize_answer(x).split()) for x in a), default=1)) is (
+                True if a else None)
+        out.append(float(ok))
+    return out
 
 
 def abstention_reward(completions: Sequence, aliases: Sequence[Sequence[str]] | None = None,
-                      wrong_answer: float = 1.0, **kwargs) -> list[float]:
-    """1.0 when the output abstains exactly when nothing answers (no alias), else 0.0; ``wrong_answer``: the
-    score of an answer to an answerable question that is wrong (default 1.0: it did not abstain, whatever
-    else it says).
+                      wrong_answer: float = 1.0, input: Sequence[str] | str | None = None,
+                      **kwargs) -> list[float]:
+    """Whether the output abstains exactly when nothing answers (no alias): 1.0 for a committed right answer
+    (:meth:`mags_lib.protocol.AnswerForm.strict`) or a pure abstention where nothing answers, 0.0 for an
+    abstention on an answerable question or anything else where nothing answers (a guess, or a guess beside
+    an abstention); ``wrong_answer`` (in [-1, 1]): the score of any other reply to an answerable question (a
+    wrong answer, or the answer among other candidates; default 1.0: it did not abstain, whatever else it
+    says), and ``min(0, wrong_answer)`` for a hedge (an answer or a guess beside an abstention), so a hedge
+    never scores above abstaining. ``input``: the questions (their words are no guess).
 
     With the default, beside ``answer_correct``, a wrong guess scores more than abstaining on an answerable
     question, so GRPO learns to guess; ``wrong_answer=-1`` makes it a selective-answering reward (with weights
@@ -349,16 +390,25 @@ def abstention_reward(completions: Sequence, aliases: Sequence[Sequence[str]] | 
 
     >>> abstention_reward(["figs", "I don't know", "figs", "not in memory"], aliases=[["figs"], ["figs"], [], []])
     [1.0, 0.0, 0.0, 1.0]
-    >>> abstention_reward(["figs", "plums", "I don't know"], aliases=[["figs"]] * 3, wrong_answer=-1.0)
-    [1.0, -1.0, 0.0]
+    >>> abstention_reward(["figs", "plums", "I don't know", "Not sure, plums?"], aliases=[["figs"]] * 4,
+    ...                   wrong_answer=-1.0)
+    [1.0, -1.0, 0.0, -1.0]
     """
+    if not -1.0 <= float(wrong_answer) <= 1.0:
+        raise ValueError(f"abstention_reward needs wrong_answer in [-1, 1], got {wrong_answer!r}")
     out = []
-    for c, a in zip(completions, _aliases(aliases, len(completions))):
-        text = completion_text(c)
-        ok = float(is_abstention(text) == (not a))
-        if ok and a and not answer_correct(text, a):
-            ok = float(wrong_answer)
-        out.append(ok)
+    qs = _column(input, len(completions), "input", default=None)
+    for c, a, q in zip(completions, _aliases(aliases, len(completions)), qs):
+        form = protocol.answer_form(completion_text(c), a, q)
+        commits = form.strict(max((len(protocol.normalize_answer(x).split()) for x in a), default=1))
+        if not a:
+            out.append(1.0 if commits is None else 0.0)
+        elif commits is None:
+            out.append(0.0)
+        elif commits and form.alias is not None:
+            out.append(1.0)
+        else:
+            out.append(min(0.0, float(wrong_answer)) if form.abstains else float(wrong_answer))
     return out
 
 

@@ -155,7 +155,7 @@ def test_sft_config_checks(kwargs, match):
     ({"rewards": {"format": "1"}}, "reward weights must be finite"),
     # a misspelt option was bound and ignored by the reward's **kwargs: a wrong guess still scored 1.0
     ({"rewards": {"abstention": 1.0}, "reward_options": {"abstention": {"wrong_anwser": -1.0}}},
-     "takes no option 'wrong_anwser'; its options: aliases, wrong_answer"),
+     "takes no option 'wrong_anwser'; its options: aliases, input, wrong_answer"),
     ({"rewards": {"brevity": 1.0}, "reward_options": {"brevity": {"slak": 2}}}, "takes no option 'slak'"),
 ])
 def test_grpo_config_checks(kwargs, match):

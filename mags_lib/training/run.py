@@ -250,9 +250,9 @@ def sft_examples(rows: Sequence[dict], prompt: Prompts) -> list[dict]:
 
 
 def grpo_rows(rows: Sequence[dict], prompt: Prompts) -> list[dict]:
-    """GRPO prompts with the columns the rewards read (``role``, ``response``, ``context``,
-    ``gold_facts``, ``aliases``)."""
-    out = [{"prompt": _messages(r, prompt), "role": r["role"], "response": r["response"],
+    """GRPO prompts with the columns the rewards read (``role``, ``input``: the question or text, whose words
+    the answer role's rewards do not count as a guess, ``response``, ``context``, ``gold_facts``, ``aliases``)."""
+    out = [{"prompt": _messages(r, prompt), "role": r["role"], "input": r["input"], "response": r["response"],
             "context": r.get("context") or [], "gold_facts": r.get("gold_facts") or [],
             "aliases": list(r.get("aliases") or [])} for r in rows]
     if any("scenario" in r for r in rows):  # outcome rows (mags_lib.data.outcome): every row must have one
