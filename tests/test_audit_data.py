@@ -172,3 +172,27 @@ def test_a_multihop_question_has_one_chain_when_its_first_hop_is_symmetric():
         texts = [it["text"] for it in row["memory"]]
         assert not any("Cob" in t and "Ana" in t for t in texts), (row["input"], row["response"], texts)
     assert seen > 5
+
+
+def test_a_multihop_question_has_one_answer_when_its_second_hop_is_symmetric():
+    """"Which place lies close to the town where Cooia lives?" over "Cooia lives in Zubrand Bridge", "Zubrand Bridge
+    is near Kroork Crossing": a distractor "Staquie Marsh is near Zubrand Bridge" (near, read backwards) was a second
+    right answer with one accepted (23 of the default profile's 570 multihop rows before generator 1.4.2)."""
+    w = World("wnear", 0)
+    w.entities = [Entity("Cooia", "person", "Cooia", "f")] + [
+        Entity(n, "place", n.split()[0]) for n in ("Zubrand Bridge", "Kroork Crossing", "Staquie Marsh")]
+    w.facts = [Fact("Cooia", "home", "lives in", "Zubrand Bridge"),
+               Fact("Zubrand Bridge", "near", "is near", "Kroork Crossing"),
+               Fact("Staquie Marsh", "near", "is near", "Zubrand Bridge")]
+    seen = 0
+    for s in range(300):
+        try:
+            row = render_answer(w, "multihop", np.random.default_rng(s))
+        except LookupError:
+            continue
+        if "Cooia" not in row["input"] or row["response"] != "Kroork Crossing":
+            continue
+        seen += 1
+        texts = [it["text"] for it in row["memory"]]
+        assert not any("Staquie" in t for t in texts), (row["input"], row["response"], texts)
+    assert seen > 5

@@ -242,7 +242,8 @@ def _k_multihop(world, rng, clock):
                            max(0, _n_distractors(rng) - 1), prefer_relation=f2.relation)
         # no second first hop (a symmetric fact read backwards: "Cob has sibling Ana" makes Cob a sibling of Ana
         # too), which a distractor about its rel2 would complete into a second chain with another answer
-        dis = [d for d in dis if not _also_answers(f1, d)]
+        # nor a second answer to the second hop ("X is near <f2.subject>" when f2 is "<f2.subject> near Y")
+        dis = [d for d in dis if not _also_answers(f1, d) and not _also_answers(f2, d)]
         items = [_as_item(world, d, rng, clock, int(rng.integers(0, 200)), tids=tids) for d in dis]
         gold = [_as_item(world, f, rng, clock, int(rng.integers(0, 200)), tids=tids) for f in (f1, f2)]
         return q, f2.object, [f1, f2], _shuffle_in(rng, items, gold), tids

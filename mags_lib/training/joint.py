@@ -141,6 +141,14 @@ def _refuse_specialised(role: str, run_tag: str, models_root: str | Path | None)
     old = read_run_meta(view)
     if old is not None and not old.get("joint"):
         raise ValueError(f"{view} holds a specialised {role} run: give the joint model another run tag")
+    if old is None and view.is_dir():  # an unfinished run: its meta names no final stage (or is not written yet)
+        try:
+            raw = json.loads((view / "meta.json").read_text())
+        except (OSError, ValueError):
+            raw = None
+        if not (isinstance(raw, dict) and raw.get("joint")) and any((view / st).exists() for st in ("sft", "grpo")):
+            raise ValueError(f"{view} holds an unfinished specialised {role} run (its checkpoints would be deleted): "
+                             "give the joint model another run tag, or finish or remove that run")
     return old
 
 
@@ -165,7 +173,9 @@ def _write_view(role: str, run_tag: str, joint_folder: Path, stages: Sequence[st
     view_meta = {**meta, "role": role, "run_tag": run_tag, "prompt": ROLE_SPECS[role].trained.to_dict(),
                  "primary_reward": PRIMARY_REWARD[role],
                  "joint": {"folder": str(joint_folder), "roles": meta["roles"]},
-                 "metrics": (old or {}).get("metrics", {}) if (old or {}).get("config") == meta["config"] else {}}
+                 "metrics": ((old or {}).get("metrics", {})
+                             if json.loads(json.dumps((old or {}).get("config"), default=str))
+                             == json.loads(json.dumps(meta["config"], default=str)) else {})}
     view_meta.pop("roles")
     repro.atomic_write_text(view / "meta.json", json.dumps(view_meta, indent=1, default=str))
     return view

@@ -167,11 +167,17 @@ def load_role_data(role: str, profile: str, *, root: str | Path | None = None,
             raise ValueError(f"extra training data {name!r} holds {card.get('role') or 'ask/write'} rows, not {role} "
                              "rows: mix only datasets of the role")
         cards[name] = card
+
     gen_name = dataset_name("gen", role, profile)
     out: dict[str, Any] = {"gen": load_processed(gen_name, root=root), "seed": None, "seed_skipped": None,
                            "extra": {}, "hashes": {gen_name: load_card(gen_name, root=root)["content_hash"]}}
     for name, card in cards.items():
         out["extra"][name] = load_processed(name, root=root)
+        # ask and write datasets share a card without a role: their rows say it
+        roles = {r for split in out["extra"][name].values() for r in split["role"]} - {role, None}
+        if roles:
+            raise ValueError(f"extra training data {name!r} holds {', '.join(sorted(map(str, roles)))} rows, not "
+                             f"{role} rows: mix only datasets of the role")
         out["hashes"][name] = card["content_hash"]
     if role == "answer":
         return out
@@ -883,7 +889,7 @@ def train_role(role: str, *, run_tag: str, config: TrainConfig, data: dict | Non
             raise FileNotFoundError(f"init_from={config.sft.init_from!r}: no finished {role} run at "
                                     f"{run_dir(role, config.sft.init_from, models_root)}; train it first")
         init = run_dir(role, config.sft.init_from, models_root) / src["final_stage"]
-        if init.resolve() == (folder / "sft").resolve():
+        if init.parent.resolve() == folder.resolve():  # its warm start or its GRPO stage: this run's own
             raise ValueError("init_from names this run itself: give the variant its own run tag")
     data = data if data is not None else load_role_data(role, config.profile, root=data_root,
                                                         extra=tuple(config.sft.extra_data))
@@ -901,7 +907,9 @@ def train_role(role: str, *, run_tag: str, config: TrainConfig, data: dict | Non
     results["sft"] = train_stage("sft", config, rows, folder / "sft", base_dir=base_dir, prompt=prompt,
                                  data_hashes=data["hashes"], init_adapter=init, backend=backend, progress=progress,
                                  note=note, callbacks=callbacks)
-    _write_run_meta(folder, config, results, data["hashes"], base_dir, prompt, time.perf_counter() - t0)
+    if not results["sft"].skipped:  # a new warm start: served (GRPO pending) until GRPO finishes on it. A skipped
+        # one changes nothing: rewriting the meta here served the warm start of a finished run until GRPO's skip
+        _write_run_meta(folder, config, results, data["hashes"], base_dir, prompt, time.perf_counter() - t0)
     if config.grpo is not None and results["sft"].steps < config.sft.max_steps and not results["sft"].skipped:
         note(f"{role}: the warm start stopped at step {results['sft'].steps} of {config.sft.max_steps}; GRPO not "
              "started (run again to resume)")
@@ -935,11 +943,19 @@ def _write_run_meta(folder: Path, cfg: TrainConfig, results: dict, hashes: dict,
                            "wall_time_s": round(r.seconds, 1), "train_metrics": r.metrics}
                        for s, r in results.items()},
             "primary_reward": PRIMARY_REWARD[cfg.role],
-            "metrics": old.get("metrics", {}) if old.get("config") == cfg.to_dict() else {},
+            # the evaluations recorded for this run stay while they measure it (same config, data and final stage;
+            # the config compared as JSON: a list read back is not the tuple of to_dict)
+            "metrics": old.get("metrics", {}) if (_as_json(old.get("config")) == _as_json(cfg.to_dict())
+                                                  and old.get("data") == hashes
+                                                  and old.get("final_stage") == final) else {},
             "wall_time_s": round(seconds, 1), "git_sha": repro.git_sha(), "packages": repro.package_versions(),
             "written_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
     repro.atomic_write_text(folder / "meta.json", json.dumps(meta, indent=1, default=str))
     return meta
+
+
+def _as_json(value: Any) -> Any:
+    return json.loads(json.dumps(value, default=str))
 
 
 def record_metrics(role: str, run_tag: str, metrics: dict, *, models_root: str | Path | None = None) -> dict:
