@@ -55,6 +55,7 @@ excess units. Without a gold ``response`` the gold's cost is 0.
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -320,7 +321,7 @@ def length_penalty(completions: Sequence, response: Sequence[str] | str | None =
     >>> length_penalty([gold, gold * 3, gold * 12], response=gold)
     [0.0, -0.07, -1.0]
     """
-    if slack < 0 or margin < 0 or scale <= 0:
+    if not (0 <= slack < math.inf and 0 <= margin < math.inf and 0 < scale < math.inf):  # NaN fails every one
         raise ValueError("length_penalty needs slack >= 0, margin >= 0 and scale > 0")
     golds = _column(response, len(completions), "response", default="")
     out = []
@@ -421,7 +422,7 @@ def brevity_reward(completions: Sequence, response: Sequence[str] | str | None =
     ...                response="frozen lemons")
     [0.0, -0.1, -1.0]
     """
-    if slack < 0 or margin < 0 or scale <= 0:
+    if not (0 <= slack < math.inf and 0 <= margin < math.inf and 0 < scale < math.inf):  # NaN fails every one
         raise ValueError("brevity_reward needs slack >= 0, margin >= 0 and scale > 0")
     golds = _column(response, len(completions), "response", default="")
     out = []
@@ -451,16 +452,17 @@ class GraphCostConfig:
 
     def __post_init__(self) -> None:
         ws = (self.ops_weight, self.nodes_weight, self.edges_weight, self.churn_weight)
-        if any(not isinstance(w, (int, float)) or w < 0 for w in ws) or sum(ws) <= 0:
+        if any(isinstance(w, bool) or not isinstance(w, (int, float)) or not math.isfinite(w) or w < 0 for w in ws) \
+                or sum(ws) <= 0:
             raise ValueError(f"GraphCostConfig weights must be >= 0 with a positive sum, got {ws}")
         if not isinstance(self.slack, int) or self.slack < 0:
             raise ValueError(f"GraphCostConfig.slack must be an int >= 0, got {self.slack!r}")
-        if not self.scale > 0:
+        if isinstance(self.scale, bool) or not isinstance(self.scale, (int, float)) or not 0 < self.scale < math.inf:
             raise ValueError(f"GraphCostConfig.scale must be > 0, got {self.scale!r}")
 
 
 def _excess_penalty(pred: int, gold: int, slack: int, scale: float) -> float:
-    if slack < 0 or scale <= 0:
+    if not (0 <= slack < math.inf and 0 < scale < math.inf):  # NaN fails every comparison
         raise ValueError(f"graph-cost terms need slack >= 0 and scale > 0, got slack={slack}, scale={scale}")
     excess = max(0, pred - gold - slack)
     return -round(min(1.0, excess / scale), 4) if excess else 0.0

@@ -62,3 +62,16 @@ def test_spraying_queries_costs_the_ask_reward():
 def test_the_wrong_answer_option_is_bounded():
     with pytest.raises(ValueError, match="wrong_answer"):
         get_reward("abstention", wrong_answer=7.0)(["plums"], aliases=[["figs"]])
+
+
+@pytest.mark.parametrize("make", [
+    lambda: __import__("mags_lib.rewards", fromlist=["x"]).GraphCostConfig(ops_weight=float("nan"), nodes_weight=0,
+                                                                          edges_weight=0, churn_weight=0),
+    lambda: __import__("mags_lib.rewards", fromlist=["x"]).GraphCostConfig(scale=float("nan")),
+    lambda: get_reward("brevity", scale=float("nan"))(["a b c"], response="a"),
+    lambda: get_reward("length", scale=float("nan"))(["a"], response="a"),
+])
+def test_nan_options_are_refused_not_turned_into_a_full_penalty(make):
+    # NaN passed every "< 0" check: GraphCostConfig then raised ZeroDivisionError, and brevity / length gave -1
+    with pytest.raises(ValueError):
+        make()

@@ -96,3 +96,38 @@ def test_a_joint_models_view_never_deletes_an_unfinished_specialised_run(tmp_pat
         _refuse_specialised("write", "t", tmp_path)
     assert ck.is_dir()
     assert _refuse_specialised("write", "other", tmp_path) is None  # nothing there: the view may be written
+
+
+@pytest.mark.parametrize("make, word", [
+    (lambda: __import__("mags_lib.training", fromlist=["x"]).SFTConfig(n_generated=2.5), "n_generated"),
+    (lambda: __import__("mags_lib.training", fromlist=["x"]).SFTConfig(n_seed=True), "n_seed"),
+    (lambda: __import__("mags_lib.training", fromlist=["x"]).SFTConfig(learning_rate="1e-4"), "learning_rate"),
+    (lambda: __import__("mags_lib.training", fromlist=["x"]).GRPOConfig(learning_rate=float("nan")), "learning_rate"),
+    (lambda: __import__("dataclasses").replace(profile_config("write", "smoke"), n_eval=float("nan")), "n_eval"),
+    (lambda: __import__("dataclasses").replace(profile_config("write", "smoke"), threads=1.5), "threads"),
+])
+def test_config_values_that_would_fail_deep_in_numpy_or_torch_are_refused_at_once(make, word):
+    with pytest.raises(ValueError, match=word):
+        make()
+
+
+def test_a_half_written_run_is_refused_for_llama_cpp_too_when_its_gguf_files_are_picked_by_name(tmp_path):
+    # with a damaged or foreign export manifest the GGUF was picked by file name, the half-written check skipped
+    import json
+
+    from mags_lib.models import ModelNotFoundError
+    from mags_lib.training.layout import FORMAT
+
+    run = tmp_path / "write" / "v1"
+    for st in ("sft", "grpo"):
+        (run / st).mkdir(parents=True)
+    (run / "grpo" / "adapter_config.json").write_text("{}")  # sft/ being trained again: no adapter yet
+    (run / "meta.json").write_text(json.dumps({"format": FORMAT, "final_stage": "grpo"}))
+    (run / "gguf").mkdir()
+    (run / "gguf" / "write-q8_0.gguf").write_bytes(b"GGUF")
+    (run / "gguf" / "manifest.json").write_text("{not json")
+    for backend in ("transformers", "llamacpp"):
+        with pytest.raises(ModelNotFoundError, match="half-written"):
+            find_trained_model("write", run_tag="v1", backend=backend, models_root=tmp_path)
+    (run / "sft" / "adapter_config.json").write_text("{}")  # finished: the file is served
+    assert find_trained_model("write", run_tag="v1", backend="llamacpp", models_root=tmp_path).name == "write-q8_0.gguf"

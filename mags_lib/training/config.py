@@ -132,13 +132,16 @@ class SFTConfig:
                                  f"{name!r}: {n!r}")
         if self.init_from is not None and (not isinstance(self.init_from, str) or not self.init_from.strip()):
             raise ValueError(f"init_from must be None or a run tag, got {self.init_from!r}")
+        _finite(self, "learning_rate", 0, above=True)  # a string ("1e-4") or NaN: said here, not deep in torch
         if not 0 < self.learning_rate < 1:
             raise ValueError(f"learning_rate must be in (0, 1), got {self.learning_rate}")
         if not 0 <= self.warmup_ratio < 1:
             raise ValueError(f"warmup_ratio must be in [0, 1), got {self.warmup_ratio!r}")
         _finite(self, "weight_decay", 0)
-        if self.n_generated < 0 or self.n_seed < -1:
-            raise ValueError("n_generated must be >= 0 and n_seed >= -1")
+        for name, lo in (("n_generated", 0), ("n_seed", -1)):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < lo:
+                raise ValueError(f"{name} must be an int >= {lo}, got {v!r}")
         if self.batching not in BATCHING:
             raise ValueError(f"batching must be one of {BATCHING}, got {self.batching!r}")
         if self.loss_average not in LOSS_AVERAGES:
@@ -171,6 +174,7 @@ class GRPOConfig:
         _positive(self, "num_generations")
         if self.num_generations < 2:
             raise ValueError(f"GRPO needs num_generations >= 2 (a group), got {self.num_generations}")
+        _finite(self, "learning_rate", 0, above=True)
         if not 0 < self.learning_rate < 1:
             raise ValueError(f"learning_rate must be in (0, 1), got {self.learning_rate!r}")
         _finite(self, "beta", 0)
@@ -217,8 +221,11 @@ class TrainConfig:
             raise ValueError(f"role must be one of {(*ROLE_NAMES, JOINT)}, got {self.role!r}")
         if self.profile not in PROFILES:
             raise ValueError(f"profile must be one of {PROFILES}, got {self.profile!r}")
-        if self.n_eval < 0 or (self.threads is not None and self.threads < 1):
-            raise ValueError("n_eval must be >= 0 and threads None or >= 1")
+        if isinstance(self.n_eval, bool) or not isinstance(self.n_eval, int) or self.n_eval < 0:
+            raise ValueError(f"n_eval must be an int >= 0, got {self.n_eval!r}")
+        if self.threads is not None and (isinstance(self.threads, bool) or not isinstance(self.threads, int)
+                                         or self.threads < 1):
+            raise ValueError(f"threads must be None or an int >= 1, got {self.threads!r}")
         if self.eval_max_new_tokens is not None and (not isinstance(self.eval_max_new_tokens, int)
                                                      or self.eval_max_new_tokens < 1):
             raise ValueError(f"eval_max_new_tokens must be None or an int >= 1, got {self.eval_max_new_tokens!r}")

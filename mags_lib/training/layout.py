@@ -155,6 +155,11 @@ def find_trained_model(role: str, *, run_tag: str = "default", backend: str = "l
             ours = False  # another tool's manifest.json (or a corrupt one: the files are picked by name)
         if ours:
             return trained_gguf(role, run_tag, models_root=models_root)
+        half = _unfinished_stage(folder, meta) if any((folder / st).exists() for st in STAGES) else None
+        if half is not None:  # files picked by name: nothing ties them to an adapter, so the run must be whole
+            raise ModelNotFoundError(f"the {role} run {folder} is half-written ({folder / half} holds no adapter: a "
+                                     "run interrupted while it trained that stage again); its GGUF files may be of "
+                                     "the stage it replaces: re-run the training notebook, then the export")
         gguf = _pick_gguf(folder / "gguf")
         if gguf is None:
             raise ModelNotFoundError(
