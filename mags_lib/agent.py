@@ -1241,6 +1241,25 @@ class MAGS:
         return self.graph.maintain() if self.config.memory == "graph" else None
 
     # -- state ---------------------------------------------------------------------------------
+    def transaction(self) -> Any:
+        """All or nothing for the memory and the consolidation adapter: :meth:`LiquidGraph.transaction` (the graph,
+        its log and its snapshots), and the adapter in use and the one each snapshot was taken with. A context
+        manager; :func:`mags_lib.consolidation.consolidate` trains and serves a version inside one."""
+        import contextlib
+
+        @contextlib.contextmanager
+        def block():
+            adapter, by_snapshot = self.consolidated, dict(self._snapshot_adapter)
+            try:
+                with self.graph.transaction():
+                    yield self
+            except BaseException:  # the graph and its snapshots are back: the adapters go with them
+                self.consolidated = adapter
+                self._snapshot_adapter = {k: v for k, v in by_snapshot.items() if k in self.graph.snapshots}
+                raise
+
+        return block()
+
     def snapshot(self) -> str:
         """Snapshot the memory (and the consolidation adapter in use); returns its id for :meth:`rollback`."""
         sid = self.graph.snapshot()

@@ -717,26 +717,24 @@ def consolidate(m: Any, config: ConsolidationConfig | None = None, *, root: str 
     folder = root / f"v{version}"
     tcfg = train_config(cfg)
     prompt = m.prompt_spec("answer")
-    prev_adapter, prev_snapshots = m.consolidated, dict(m._snapshot_adapter)
     try:  # all or nothing: a failure or an interruption anywhere from here (training, a full disk writing the
-        # record) leaves memory, snapshots and adapter as they were, and no version folder: never one without its
-        # record (a later run starts its own version; an unfinished one is not resumed)
-        t_train = time.perf_counter()
-        if cfg.trainer == "prefix":
-            metrics = _train_shared_prefix(tcfg, rows, folder, base_dir=base_model_dir(m.config.models_root),
-                                           prompt=prompt, layers=cfg.layers, merge=under, progress=progress, note=note,
-                                           anchor_weight=cfg.anchor_weight, anchor_per_step=cfg.anchor_per_step,
-                                           anchor_every=cfg.anchor_every)
-        else:
-            metrics = train_stage("sft", tcfg, rows, folder, base_dir=base_model_dir(m.config.models_root),
-                                  prompt=prompt, data_hashes={"consolidation": rows_hash(rows)}, progress=progress,
-                                  note=note).metrics
-        train_seconds = time.perf_counter() - t_train
-        shutil.rmtree(folder / "checkpoints", ignore_errors=True)  # a finished adapter needs no resume point
-        eids = sorted(chosen)
-        # one transaction for both snapshots, the demotion and the record: a failure restores the graph and its
-        # snapshots exactly (the limits on snapshots may push `before` out when `after` is taken)
-        with m.graph.transaction():
+        # record) leaves memory, snapshots and adapter as they were (one transaction: the limits on snapshots may
+        # push `before` out when `after` is taken), and no version folder: never one without its record (a later
+        # run starts its own version; an unfinished one is not resumed)
+        with m.transaction():
+            t_train = time.perf_counter()
+            if cfg.trainer == "prefix":
+                metrics = _train_shared_prefix(tcfg, rows, folder, base_dir=base_model_dir(m.config.models_root),
+                                               prompt=prompt, layers=cfg.layers, merge=under, progress=progress,
+                                               note=note, anchor_weight=cfg.anchor_weight,
+                                               anchor_per_step=cfg.anchor_per_step, anchor_every=cfg.anchor_every)
+            else:
+                metrics = train_stage("sft", tcfg, rows, folder, base_dir=base_model_dir(m.config.models_root),
+                                      prompt=prompt, data_hashes={"consolidation": rows_hash(rows)},
+                                      progress=progress, note=note).metrics
+            train_seconds = time.perf_counter() - t_train
+            shutil.rmtree(folder / "checkpoints", ignore_errors=True)  # a finished adapter needs no resume point
+            eids = sorted(chosen)
             before = m.snapshot()
             if cfg.after == "demote":
                 changed = m.graph.demote(eids, cfg.demote_factor)
@@ -750,35 +748,25 @@ def consolidate(m: Any, config: ConsolidationConfig | None = None, *, root: str 
                 note(f"consolidation v{version}: the snapshot before it ({before}) was dropped by the graph's "
                      f"snapshot limits (config.graph.limits): rolling back to the previous version needs room for two")
                 before = None
-            result = _finish(m, cfg, version, folder, after, before, facts, carried, rows, data, metrics, t0,
-                                 train_seconds, changed, under, under_sha, prompt)
+            kinds: dict[str, int] = {}
+            for r in rows:
+                kinds[r["kind"]] = kinds.get(r["kind"], 0) + 1
+            result = ConsolidationResult(version, folder, after, before, facts, kinds, time.perf_counter() - t0,
+                                         train_seconds, _dir_bytes(folder), changed, data["eval"],
+                                         data["negatives_eval"], train_metrics=metrics)
+            from . import repro
+
+            record = {"format": FORMAT, "version": version, "config": cfg.to_dict(), "prompt": prompt.to_dict(),
+                      "answer_adapter": _adapter_identity(under, under_sha),
+                      "facts": [{k: f[k] for k in ("id", "subject", "relation", "object", "strength", "uses",
+                                                   "sources")} for f in facts + carried], "carried": len(carried),
+                      "eval": data["eval"], "negatives_eval": data["negatives_eval"],
+                      "train_metrics": metrics, **result.summary(), "git_sha": repro.git_sha(),
+                      "written_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+            repro.atomic_write_text(folder / "consolidation.json", json.dumps(record, indent=1, default=str))
     except BaseException:
-        m.consolidated = prev_adapter  # the graph and its snapshots are back (the transaction); the adapters too
-        m._snapshot_adapter = {k: v for k, v in prev_snapshots.items() if k in m.graph.snapshots}
         shutil.rmtree(folder, ignore_errors=True)  # never served: no version without its record
         raise
-    return result
-
-
-def _finish(m, cfg, version, folder, after, before, facts, carried, rows, data, metrics, t0, train_seconds, changed,
-            under, under_sha, prompt) -> ConsolidationResult:
-    """The result and the version's record (``consolidation.json``, written last and atomically)."""
-    kinds: dict[str, int] = {}
-    for r in rows:
-        kinds[r["kind"]] = kinds.get(r["kind"], 0) + 1
-    result = ConsolidationResult(version, folder, after, before, facts, kinds, time.perf_counter() - t0,
-                                 train_seconds, _dir_bytes(folder), changed, data["eval"], data["negatives_eval"],
-                                 train_metrics=metrics)
-    from . import repro
-
-    record = {"format": FORMAT, "version": version, "config": cfg.to_dict(), "prompt": prompt.to_dict(),
-              "answer_adapter": _adapter_identity(under, under_sha),
-              "facts": [{k: f[k] for k in ("id", "subject", "relation", "object", "strength", "uses", "sources")}
-                        for f in facts + carried], "carried": len(carried),
-              "eval": data["eval"], "negatives_eval": data["negatives_eval"],
-              "train_metrics": metrics, **result.summary(), "git_sha": repro.git_sha(),
-              "written_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
-    repro.atomic_write_text(folder / "consolidation.json", json.dumps(record, indent=1, default=str))
     return result
 
 

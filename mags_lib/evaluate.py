@@ -215,14 +215,13 @@ def evaluate_sets(sets: dict[str, Sequence[dict]], out_dir: str | Path, config: 
                 x.update(pe)
             extra = {}
             if role == "ask" and cfg.retrieval and any(r.get("context") for r in rows):
-                from .rewards import ask_retrieval_reward
+                from .rewards import ask_retrieval_scores
 
-                kw = {"context": [r.get("context") or [] for r in rows],
-                      "gold_facts": [r.get("gold_facts") or [] for r in rows], "embedder": cfg.embedder,
-                      "seed": cfg.seed}
-                got = ask_retrieval_reward(outputs, score="recall", **kw)
-                # beside it the precision of what the queries recalled: recall alone rewards spraying queries
-                prec = ask_retrieval_reward(outputs, score="precision", **kw)
+                scores = ask_retrieval_scores(outputs, context=[r.get("context") or [] for r in rows],
+                                              gold_facts=[r.get("gold_facts") or [] for r in rows],
+                                              embedder=cfg.embedder, seed=cfg.seed)
+                # recall, and beside it the precision of what the queries recalled: recall alone rewards spraying
+                got, prec = [d["recall"] for d in scores], [d["precision"] for d in scores]
                 for x, v, pr in zip(records, got, prec):
                     x["retrieval"], x["retrieval_precision"] = v, pr
                 extra["retrieval"] = float(np.mean(got))

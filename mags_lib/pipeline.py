@@ -157,11 +157,11 @@ class PipelineError(Exception):
     """A problem found before or while running the pipeline (bad selection, tag clash, ...)."""
 
 
-def read_notebook(path: Path | str, nbformat: Any = None) -> Any:
+def read_notebook(path: Path | str) -> Any:
     """A notebook file read with nbformat (version 4); a truncated or foreign file is a :class:`PipelineError`
     naming it, not a traceback from inside the JSON reader."""
-    if nbformat is None:
-        import nbformat
+    import nbformat
+
     try:
         return nbformat.read(str(path), as_version=4)
     except (ValueError, KeyError, TypeError, AttributeError, nbformat.ValidationError) as exc:  # NotJSONError: a ValueError
@@ -312,10 +312,9 @@ def inspect_parameters(path: Path | str) -> dict[str, dict[str, Any]]:
     PipelineError
         When the notebook has no cell tagged ``parameters``.
     """
-    import nbformat
     import papermill
 
-    nb = read_notebook(path, nbformat)
+    nb = read_notebook(path)
     if not any("parameters" in c.get("metadata", {}).get("tags", []) for c in nb.cells):
         raise PipelineError(f"{Path(path).name} has no cell tagged 'parameters'; "
                             "tag the cell holding its typed parameters (see README)")
@@ -539,9 +538,7 @@ _FIELD_RE = re.compile(r"\{(\w+(?:\|\w+)*)\}")  # {name}, or {a|b}: the first of
 
 
 def _nb_metadata(nb: NotebookInfo) -> dict:
-    import nbformat
-
-    meta = read_notebook(nb.path, nbformat).metadata.get("mags", {})
+    meta = read_notebook(nb.path).metadata.get("mags", {})
     if not isinstance(meta, dict):
         raise PipelineError(f"{nb.path.name}: metadata 'mags' must be a mapping, got {meta!r}")
     return meta
@@ -829,10 +826,8 @@ def content_hash(nb: NotebookInfo, parameters: Mapping[str, Any], *, upstream: S
     """Everything :func:`input_hash` covers but the library: the notebook's cells, the parameters, the
     environment, the declared inputs' files and the upstream hashes. The runner reads it once, before the
     notebook runs, so an edit saved while it runs (a cell, an input file) is a change for the next run."""
-    import nbformat
-
     root = root or _project_root()
-    doc = read_notebook(nb.path, nbformat)
+    doc = read_notebook(nb.path)
     h = hashlib.sha256()
     for cell in doc.cells:
         h.update(cell.cell_type.encode() + b"\0" + cell.source.encode() + b"\0")
@@ -871,23 +866,29 @@ def _write_json_atomic(path: Path, data: dict) -> None:
 _STATE_LOCK = threading.RLock()  # the records of this process, shared by the threads of a parallel run
 
 
-def _runner_alive(record: Mapping) -> bool:
-    """True when a record marked running was started on this machine by another process that still exists."""
+def runner_exists(record: Mapping) -> bool | None:
+    """Whether the process that started a run record (its ``runner``) still exists: True / False when it ran on
+    this machine, None when that cannot be told (another machine, a record written before runners were
+    recorded). The report tells a dead run from a live one by it, the runner a live one it must not start again."""
     runner = record.get("runner")
-    if record.get("status") != "running" or not isinstance(runner, Mapping) or runner.get("host") != platform.node():
-        return False
+    if not isinstance(runner, Mapping) or runner.get("host") != platform.node():
+        return None
     try:
-        pid = int(runner["pid"])
-        if pid == os.getpid():
-            return False
-        os.kill(pid, 0)
+        os.kill(int(runner["pid"]), 0)
     except ProcessLookupError:
         return False
     except PermissionError:  # it exists, under another user
         return True
     except (KeyError, TypeError, ValueError, OverflowError):
-        return False
+        return None
     return True
+
+
+def _runner_alive(record: Mapping) -> bool:
+    """True when a record marked running was started on this machine by another process that still exists."""
+    runner = record.get("runner")
+    return (record.get("status") == "running" and isinstance(runner, Mapping) and runner.get("pid") != os.getpid()
+            and runner_exists(record) is True)
 
 
 def _save_state(path: Path, state: dict, key: str | None = None, *, claim: bool = False) -> None:

@@ -13,6 +13,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Sequence
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -21,7 +22,7 @@ import numpy as np
 
 from .models import project_root
 
-__all__ = ["seed_everything", "make_rng", "run_dir", "write_meta", "atomic_write_text", "run_meta", "git_sha",
+__all__ = ["seed_everything", "make_rng", "run_dir", "write_meta", "atomic_write_text", "run_meta", "command_meta", "git_sha",
            "package_versions", "Timer", "peak_rss_mb", "cpu_model", "load_average"]
 
 # Packages whose versions every meta.json records (missing ones are recorded as null).
@@ -196,6 +197,14 @@ def run_meta(*, params: dict, seed: int, wall_time_s: float, extra: dict | None 
     if extra:
         meta["extra"] = _jsonable(extra)
     return meta
+
+
+def command_meta(prog: str, argv: Sequence[str] | None = None) -> dict:
+    """Where and how a benchmark's result was written: git SHA, platform, CPUs, time, and the command that
+    reproduces it (``python -m <prog>`` with ``argv``, default the process's own arguments)."""
+    return {"git_sha": git_sha(), "platform": platform.platform(), "cpu_count": os.cpu_count(),
+            "written_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+            "command": f"python -m {prog} " + " ".join(sys.argv[1:] if argv is None else argv)}
 
 
 def cpu_model() -> str | None:

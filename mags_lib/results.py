@@ -23,7 +23,6 @@ import difflib
 import itertools
 import json
 import math
-import os
 import re
 import sys
 from collections.abc import Callable, Mapping, Sequence
@@ -554,18 +553,9 @@ def _runner_gone(record: Mapping) -> bool:
     """True when a stage marked running was started on this machine by a process that no longer
     exists (killed, or the machine restarted): it will never finish. False when unknown (another
     machine, or a record written before runners were recorded)."""
-    import platform
+    from mags_lib import pipeline
 
-    runner = record.get("runner")
-    if not isinstance(runner, Mapping) or runner.get("host") != platform.node():
-        return False
-    try:
-        os.kill(int(runner["pid"]), 0)
-    except ProcessLookupError:
-        return True
-    except (PermissionError, KeyError, TypeError, ValueError, OverflowError):
-        return False
-    return False
+    return pipeline.runner_exists(record) is False
 
 
 def run_info(run: Path, state: Mapping | None = None) -> dict:

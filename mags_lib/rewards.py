@@ -77,6 +77,7 @@ __all__ = [
     "abstention_reward",
     "answer_correct_reward",
     "ask_retrieval_reward",
+    "ask_retrieval_scores",
     "brevity_reward",
     "by_role_reward",
     "churn_cost",
@@ -282,6 +283,15 @@ def ask_retrieval_reward(completions: Sequence, context: Sequence | None = None,
     """
     if score not in ("f1", "recall", "precision"):
         raise ValueError(f"ask_retrieval score must be f1, recall or precision, got {score!r}")
+    return [d[score] for d in ask_retrieval_scores(completions, context, gold_facts, embedder=embedder, k=k,
+                                                   per_query=per_query, max_queries=max_queries, seed=seed)]
+
+
+def ask_retrieval_scores(completions: Sequence, context: Sequence | None = None,
+                         gold_facts: Sequence | None = None, *, embedder="minilm", k: int = 1,
+                         per_query: bool = True, max_queries: int = 8, seed: int = 0) -> list[dict[str, float]]:
+    """:func:`ask_retrieval_reward`'s ``recall``, ``precision`` and ``f1`` of each completion, from one recall
+    of its queries (the held-out evaluation reports two of them)."""
     n = len(completions)
     contexts = _column(context, n, "context", default=_REQUIRED)
     golds = _column(gold_facts, n, "gold_facts", default=_REQUIRED)
@@ -291,11 +301,9 @@ def ask_retrieval_reward(completions: Sequence, context: Sequence | None = None,
     for c, ctx, gold in zip(completions, contexts, golds):
         queries = protocol.parse(completion_text(c), role="ask", mode="lenient").asks[:max_queries]
         gold_keys = {protocol.normalize_triplet(t) for t in (gold or [])}
-        if not gold_keys:
-            out.append(0.0 if queries else 1.0)
-            continue
-        if not queries:
-            out.append(0.0)
+        if not gold_keys or not queries:  # nothing to ask: right only without a query; no query: nothing found
+            v = 1.0 if not gold_keys and not queries else 0.0
+            out.append({"recall": v, "precision": v, "f1": v})
             continue
         key = tuple(tuple(t) for t in (ctx or []))
         if key not in built:
@@ -307,8 +315,7 @@ def ask_retrieval_reward(completions: Sequence, context: Sequence | None = None,
             found |= {protocol.normalize_triplet(it.triplet) for it in res.items if it.triplet is not None}
         hit = len(gold_keys & found)
         rec, prec = hit / len(gold_keys), (hit / len(found) if found else 0.0)
-        out.append({"recall": rec, "precision": prec,
-                    "f1": 2 * prec * rec / (prec + rec) if hit else 0.0}[score])
+        out.append({"recall": rec, "precision": prec, "f1": 2 * prec * rec / (prec + rec) if hit else 0.0})
     return out
 
 
@@ -362,15 +369,24 @@ def answer_correct_reward(completions: Sequence, aliases: Sequence[Sequence[str]
     [0.0, 0.0, 0.0]
     """
     out = []
-    qs = _column(input, len(completions), "input", default=None)
-    for c, a, q in zip(completions, _aliases(aliases, len(completions)), qs):
-        text = completion_text(c)
+    for text, a, _, commits in _answer_forms(completions, aliases, input):
         ok = answer_correct(text, a)
         if ok and strict:
-            form = protocol.answer_form(text, a, q)
-            ok = form.strict(max((len(protocol.normalize_answer(x).split()) for x in a), default=1)) is (
-                True if a else None)
+            ok = commits is (True if a else None)
         out.append(float(ok))
+    return out
+
+
+def _answer_forms(completions: Sequence, aliases, questions) -> list[tuple]:
+    """``(text, aliases, AnswerForm, commits)`` per completion, ``commits`` its :meth:`AnswerForm.strict` with the
+    longest alias's words as the allowance: what the answer role's rewards read."""
+    out = []
+    qs = _column(questions, len(completions), "input", default=None)
+    for c, a, q in zip(completions, _aliases(aliases, len(completions)), qs):
+        text = completion_text(c)
+        form = protocol.answer_form(text, a, q)
+        out.append((text, a, form, form.strict(max((len(protocol.normalize_answer(x).split()) for x in a),
+                                                    default=1))))
     return out
 
 
@@ -398,10 +414,7 @@ def abstention_reward(completions: Sequence, aliases: Sequence[Sequence[str]] | 
     if not -1.0 <= float(wrong_answer) <= 1.0:
         raise ValueError(f"abstention_reward needs wrong_answer in [-1, 1], got {wrong_answer!r}")
     out = []
-    qs = _column(input, len(completions), "input", default=None)
-    for c, a, q in zip(completions, _aliases(aliases, len(completions)), qs):
-        form = protocol.answer_form(completion_text(c), a, q)
-        commits = form.strict(max((len(protocol.normalize_answer(x).split()) for x in a), default=1))
+    for _, a, form, commits in _answer_forms(completions, aliases, input):
         if not a:
             out.append(1.0 if commits is None else 0.0)
         elif commits is None:

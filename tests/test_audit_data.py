@@ -160,18 +160,24 @@ def test_a_multihop_question_has_one_chain_when_its_first_hop_is_symmetric():
         Entity("Pell Ridge", "place", "Pell"), Entity("Quejav Hollow", "place", "Quejav")]
     w.facts = [Fact("Ana", "sibling", "has sibling", "Bo"), Fact("Bo", "home", "lives in", "Pell Ridge"),
                Fact("Cob", "sibling", "has sibling", "Ana"), Fact("Cob", "home", "lives in", "Quejav Hollow")]
-    seen = 0
-    for s in range(300):
-        try:
-            row = render_answer(w, "multihop", np.random.default_rng(s))
-        except LookupError:
-            continue
-        if "sibling of Ana" not in row["input"]:
-            continue
-        seen += 1
+    rows = _multihop_rows(w, lambda row: "sibling of Ana" in row["input"])
+    for row in rows:
         texts = [it["text"] for it in row["memory"]]
         assert not any("Cob" in t and "Ana" in t for t in texts), (row["input"], row["response"], texts)
-    assert seen > 5
+    assert len(rows) > 5
+
+
+def _multihop_rows(world, asked, n_seeds: int = 300) -> list[dict]:
+    """The multihop answer rows ``world`` renders over ``n_seeds`` seeds for which ``asked(row)`` holds."""
+    out = []
+    for s in range(n_seeds):
+        try:
+            row = render_answer(world, "multihop", np.random.default_rng(s))
+        except LookupError:
+            continue
+        if asked(row):
+            out.append(row)
+    return out
 
 
 def test_a_multihop_question_has_one_answer_when_its_second_hop_is_symmetric():
@@ -184,15 +190,8 @@ def test_a_multihop_question_has_one_answer_when_its_second_hop_is_symmetric():
     w.facts = [Fact("Cooia", "home", "lives in", "Zubrand Bridge"),
                Fact("Zubrand Bridge", "near", "is near", "Kroork Crossing"),
                Fact("Staquie Marsh", "near", "is near", "Zubrand Bridge")]
-    seen = 0
-    for s in range(300):
-        try:
-            row = render_answer(w, "multihop", np.random.default_rng(s))
-        except LookupError:
-            continue
-        if "Cooia" not in row["input"] or row["response"] != "Kroork Crossing":
-            continue
-        seen += 1
+    rows = _multihop_rows(w, lambda row: "Cooia" in row["input"] and row["response"] == "Kroork Crossing")
+    for row in rows:
         texts = [it["text"] for it in row["memory"]]
         assert not any("Staquie" in t for t in texts), (row["input"], row["response"], texts)
-    assert seen > 5
+    assert len(rows) > 5

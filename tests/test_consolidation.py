@@ -483,27 +483,37 @@ def test_block_ranks_tell_recall_misses_from_reader_misses():
     assert got == {"new_rank": None, "new_in_block": False, "new_first_in_block": False, "old_unmarked_in_block": False}
 
 
-def test_a_consolidation_that_fails_at_its_last_step_changes_nothing(tmp_path, monkeypatch):
-    """Writing the version's record failed (a full disk) after the graph was demoted and the new adapter served:
-    the memory stayed demoted and a version without its record was served (found by an audit). Now the memory,
-    the adapter in use and the versions folder are as before."""
-    from pathlib import Path
-
+def _fake_setup(tmp_path, monkeypatch, facts=(("Blorps", "eat", "frozen lemons"), ("Quindles", "live in", "Teal Bridge")),
+                **config):
     from mags_lib import consolidation as C
-    from mags_lib import models, repro
+    from mags_lib import models
 
     g = LiquidGraph(HashEmbedder(dim=64), seed=0)
-    for i, t in enumerate([("Blorps", "eat", "frozen lemons"), ("Quindles", "live in", "Teal Bridge")]):
+    for i, t in enumerate(facts):
         g.engram([t], source=f"S{i}")
-    m = MAGS(MAGSConfig(embedder="hash"), graph=g)
+    m = MAGS(MAGSConfig(embedder="hash", **config), graph=g)
+    seen: list[list[dict]] = []
 
-    def fake_train(tcfg, rows, folder, **kw):  # what the trainer leaves: an adapter folder
+    def fake_train(tcfg, rows, folder, **kw):
+        seen.append(list(rows))
         folder.mkdir(parents=True)
         (folder / "adapter_config.json").write_text("{}")
         return {}
 
     monkeypatch.setattr(C, "_train_shared_prefix", fake_train)
     monkeypatch.setattr(models, "base_model_dir", lambda *a, **k: tmp_path / "base")
+    return g, m, seen
+
+
+def test_a_consolidation_that_fails_at_its_last_step_changes_nothing(tmp_path, monkeypatch):
+    """Writing the version's record failed (a full disk) after the graph was demoted and the new adapter served:
+    the memory stayed demoted and a version without its record was served (found by an audit). Now the memory,
+    the adapter in use and the versions folder are as before."""
+    from pathlib import Path
+
+    from mags_lib import repro
+
+    g, m, _ = _fake_setup(tmp_path, monkeypatch)  # the trainer leaves an adapter folder
     real_write = repro.atomic_write_text
 
     def full_disk(path, text):
@@ -529,22 +539,8 @@ def test_a_second_consolidation_keeps_what_the_first_took_in(tmp_path, monkeypat
     "not known"); found by an audit. The facts of the adapter in use are carried into the next version's rows,
     unless selected again or contradicted by the graph since."""
     from mags_lib import consolidation as C
-    from mags_lib import models
 
-    g = LiquidGraph(HashEmbedder(dim=64), seed=0)
-    for i, t in enumerate([("Blorps", "eat", "frozen lemons"), ("Quindles", "live in", "Teal Bridge")]):
-        g.engram([t], source=f"S{i}")
-    m = MAGS(MAGSConfig(embedder="hash"), graph=g)
-    seen: list[list[dict]] = []
-
-    def fake_train(tcfg, rows, folder, **kw):
-        seen.append(list(rows))
-        folder.mkdir(parents=True)
-        (folder / "adapter_config.json").write_text("{}")
-        return {}
-
-    monkeypatch.setattr(C, "_train_shared_prefix", fake_train)
-    monkeypatch.setattr(models, "base_model_dir", lambda *a, **k: tmp_path / "base")
+    g, m, seen = _fake_setup(tmp_path, monkeypatch)
     # demoted facts (0.5 -> 0.25) fall below min_strength: not selected again, still in the graph
     cfg = ConsolidationConfig(min_strength=0.3, min_uses=0, after=after, negatives_ratio=1.0)
     first = consolidate(m, cfg, root=tmp_path / "cons", note=lambda s: None)
@@ -565,28 +561,6 @@ def test_a_second_consolidation_keeps_what_the_first_took_in(tmp_path, monkeypat
 
 
 # -- audit (2026-12-07, night): failures, limits, records, schedule ----------------------------------------
-def _fake_setup(tmp_path, monkeypatch, facts=(("Blorps", "eat", "frozen lemons"), ("Quindles", "live in", "Teal Bridge")),
-                **config):
-    from mags_lib import consolidation as C
-    from mags_lib import models
-
-    g = LiquidGraph(HashEmbedder(dim=64), seed=0)
-    for i, t in enumerate(facts):
-        g.engram([t], source=f"S{i}")
-    m = MAGS(MAGSConfig(embedder="hash", **config), graph=g)
-    seen: list[list[dict]] = []
-
-    def fake_train(tcfg, rows, folder, **kw):
-        seen.append(list(rows))
-        folder.mkdir(parents=True)
-        (folder / "adapter_config.json").write_text("{}")
-        return {}
-
-    monkeypatch.setattr(C, "_train_shared_prefix", fake_train)
-    monkeypatch.setattr(models, "base_model_dir", lambda *a, **k: tmp_path / "base")
-    return g, m, seen
-
-
 def test_an_interrupted_training_leaves_no_version_and_no_snapshot(tmp_path, monkeypatch):
     # training ran outside the all-or-nothing block: a half-written v1 (its log, its checkpoints) and the
     # snapshot taken before stayed, and the next run took v2

@@ -315,3 +315,26 @@ def test_evaluate_run_decodes_in_processes_and_reuses_the_before_row(tmp_path, m
                           **kw)
     assert _prediction_files(tmp_path / "three" / "base") == files_two
     pd.testing.assert_frame_equal(copied, two)
+
+
+def test_ask_sets_with_a_context_report_retrieval_and_its_precision(tmp_path):
+    # one recall of the queries serves both: recall alone rewarded spraying queries, so precision stands beside it
+    from mags_lib.rewards import ask_retrieval_reward
+
+    ctx = [["blorps", "eat", "frozen lemons"], ["blorps", "live in", "copper caves"],
+           ["quindles", "fear", "purple umbrellas"], ["Odalie", "works as", "glassblower"]]
+    gold = [["blorps", "eat", "frozen lemons"]]
+    spray = "".join(f"<memory_ask>{s} {r}</memory_ask>" for s in ("blorps", "quindles", "Odalie")
+                    for r in ("eat", "fear", "works as"))
+    responses = ["<memory_ask>what do blorps eat</memory_ask>", spray]
+    rows = [{"id": f"ask-{i}", "role": "ask", "kind": "single", "input": f"input ask {i}", "response": r,
+             "context": ctx, "gold_facts": gold} for i, r in enumerate(responses)]
+    be = EchoBackend({r["input"]: r["response"] for r in rows})
+    df = evaluate_sets({"gen_ask": rows}, tmp_path, EvalConfig(n_per_set=0, embedder="hash", modes=("free",)),
+                       backend=be, progress=False)
+    kw = {"context": [ctx] * 2, "gold_facts": [gold] * 2, "embedder": "hash"}
+    want_recall = ask_retrieval_reward(responses, score="recall", **kw)
+    want_precision = ask_retrieval_reward(responses, score="precision", **kw)
+    assert want_recall == [1.0, 1.0] and want_precision[1] < 1.0
+    assert df["retrieval"].iloc[0] == pytest.approx(sum(want_recall) / 2)
+    assert df["retrieval_precision"].iloc[0] == pytest.approx(sum(want_precision) / 2)

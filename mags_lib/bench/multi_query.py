@@ -27,8 +27,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
 import sys
 import time
 from collections.abc import Sequence
@@ -115,9 +113,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                    "question then the fact's 'subject relation', and the reverse order",
            **measure(scs, k=a.k)}
     res["seconds"] = round(time.perf_counter() - t0, 1)
-    res["meta"] = {"git_sha": repro.git_sha(), "platform": platform.platform(), "cpu_count": os.cpu_count(),
-                   "written_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-                   "command": "python -m mags_lib.bench.multi_query " + " ".join(sys.argv[1:] if argv is None else argv)}
+    res["meta"] = repro.command_meta("mags_lib.bench.multi_query", argv)
     repro.atomic_write_text(Path(a.out), json.dumps(res, indent=1) + "\n")
     for mode, h in res["hit"].items():
         print(f"{mode:>4}: gold fact in the first 1 / 3 / {a.k}: {h['@1']} / {h['@3']} / {h[f'@{a.k}']} "

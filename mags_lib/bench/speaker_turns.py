@@ -39,8 +39,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
 import sys
 import time
 from collections.abc import Sequence
@@ -246,9 +244,7 @@ def main(argv: Sequence[str] | None = None) -> int:
            "small_talk": small_talk_quality(small_talk_rows(rows), write_model=a.write_model, threads=a.threads)}
     if a.game_scenarios > 0:
         res["game_persona"] = game_persona_quality(a.game_scenarios, write_model=a.write_model, threads=a.threads)
-    res["meta"] = {"git_sha": repro.git_sha(), "platform": platform.platform(), "cpu_count": os.cpu_count(),
-                   "written_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-                   "command": "python -m mags_lib.bench.speaker_turns " + " ".join(sys.argv[1:] if argv is None else argv)}
+    res["meta"] = repro.command_meta("mags_lib.bench.speaker_turns", argv)
     repro.atomic_write_text(Path(a.out), json.dumps(res, indent=1) + "\n")
     for k, v in res["results"].items():
         print(f"{k:>32}  exact F1 {v['f1']:.3f}  subject accuracy {v['subject_accuracy']}  "

@@ -21,8 +21,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
 import sys
 import time
 from collections import Counter
@@ -118,9 +116,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "write_model": a.write_model or "embedded base", "threads": a.threads,
         **observe_scenarios(scs, write_model=a.write_model, threads=a.threads)}
     res["seconds"] = round(time.perf_counter() - t0, 1)
-    res["meta"] = {"git_sha": repro.git_sha(), "platform": platform.platform(), "cpu_count": os.cpu_count(),
-                   "written_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-                   "command": "python -m mags_lib.bench.write_quality " + " ".join(sys.argv[1:] if argv is None else argv)}
+    res["meta"] = repro.command_meta("mags_lib.bench.write_quality", argv)
     repro.atomic_write_text(Path(a.out), json.dumps(res, indent=1) + "\n")
     for name, t in [("overall", res["overall"]), *res["families"].items()]:
         c, r = t["counts"], t["rates"]

@@ -261,10 +261,7 @@ def engram(g, triplets, *, episode: str | None = None, source: str | None = None
                           and not (episodes and episodes[0] in ed.episodes[x])]
                 slot, functional = (kind or relation_kind(g, kr)) if others else ("", False)
                 if functional:
-                    for x in others:
-                        xslot, xfunc = relation_kind(g, g._rel_text[ed.rel[x]])
-                        if ed.rel[x] == rid or (xslot == slot and xfunc):
-                            rivals.append(x)
+                    rivals = [x for x in others if _in_slot(g, x, rid, slot)]
                 rivals.sort()  # id order, not adjacency order
             if rivals and cfg.time_order and when is not None:
                 later = [x for x in rivals if said_after(fact_time(g, x), when)]
@@ -515,16 +512,14 @@ def _stored_history(g, si: int, rid: int, new: int) -> list[int]:
     if not rows:
         return []
     slot, _ = relation_kind(g, g._rel_text[rid])
-    out = []
-    for x in rows:
-        if x == new or not ed.valid_to_time[x]:
-            continue
-        if ed.rel[x] != rid:
-            xslot, xfunc = relation_kind(g, g._rel_text[ed.rel[x]])
-            if not (xfunc and xslot == slot):
-                continue
-        out.append(x)
-    return out
+    return [x for x in rows if x != new and ed.valid_to_time[x] and _in_slot(g, x, rid, slot)]
+
+
+def _in_slot(g, x: int, rid: int, slot: str) -> bool:
+    """Whether fact edge ``x`` fills the slot of relation ``rid`` (``slot`` its kind): the same relation, or a
+    functional one of the same slot."""
+    xslot, xfunc = relation_kind(g, g._rel_text[g.edges.rel[x]])
+    return g.edges.rel[x] == rid or (xslot == slot and xfunc)
 
 
 def _with(items: list, x) -> list:

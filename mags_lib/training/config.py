@@ -58,11 +58,12 @@ def _finite(obj: Any, name: str, lo: float, *, above: bool = False) -> None:
         raise ValueError(f"{type(obj).__name__}.{name} must be a finite number {'>' if above else '>='} {lo}, got {v!r}")
 
 
-def _positive(obj: Any, *names: str) -> None:
+def _positive(obj: Any, *names: str, lo: int = 1) -> None:
+    """Each ``obj.name`` is an int >= ``lo`` (a bool, a float or NaN is not)."""
     for n in names:
         v = getattr(obj, n)
-        if not isinstance(v, int) or isinstance(v, bool) or v < 1:
-            raise ValueError(f"{type(obj).__name__}.{n} must be an int >= 1, got {v!r}")
+        if not isinstance(v, int) or isinstance(v, bool) or v < lo:
+            raise ValueError(f"{type(obj).__name__}.{n} must be an int >= {lo}, got {v!r}")
 
 
 @dataclass(frozen=True)
@@ -138,10 +139,8 @@ class SFTConfig:
         if not 0 <= self.warmup_ratio < 1:
             raise ValueError(f"warmup_ratio must be in [0, 1), got {self.warmup_ratio!r}")
         _finite(self, "weight_decay", 0)
-        for name, lo in (("n_generated", 0), ("n_seed", -1)):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, int) or v < lo:
-                raise ValueError(f"{name} must be an int >= {lo}, got {v!r}")
+        _positive(self, "n_generated", lo=0)
+        _positive(self, "n_seed", lo=-1)
         if self.batching not in BATCHING:
             raise ValueError(f"batching must be one of {BATCHING}, got {self.batching!r}")
         if self.loss_average not in LOSS_AVERAGES:
@@ -221,11 +220,9 @@ class TrainConfig:
             raise ValueError(f"role must be one of {(*ROLE_NAMES, JOINT)}, got {self.role!r}")
         if self.profile not in PROFILES:
             raise ValueError(f"profile must be one of {PROFILES}, got {self.profile!r}")
-        if isinstance(self.n_eval, bool) or not isinstance(self.n_eval, int) or self.n_eval < 0:
-            raise ValueError(f"n_eval must be an int >= 0, got {self.n_eval!r}")
-        if self.threads is not None and (isinstance(self.threads, bool) or not isinstance(self.threads, int)
-                                         or self.threads < 1):
-            raise ValueError(f"threads must be None or an int >= 1, got {self.threads!r}")
+        _positive(self, "n_eval", lo=0)
+        if self.threads is not None:
+            _positive(self, "threads")
         if self.eval_max_new_tokens is not None and (not isinstance(self.eval_max_new_tokens, int)
                                                      or self.eval_max_new_tokens < 1):
             raise ValueError(f"eval_max_new_tokens must be None or an int >= 1, got {self.eval_max_new_tokens!r}")

@@ -33,6 +33,7 @@ from ..roles import ROLE_NAMES, ROLE_SPECS
 from .config import JOINT, PRIMARY_REWARD, GRPOConfig, TrainConfig
 from .layout import FORMAT, read_run_meta, run_dir
 from .run import (
+    _as_json,
     _base_model_id,
     _cached_selection,
     grpo_candidates,
@@ -174,8 +175,7 @@ def _write_view(role: str, run_tag: str, joint_folder: Path, stages: Sequence[st
                  "primary_reward": PRIMARY_REWARD[role],
                  "joint": {"folder": str(joint_folder), "roles": meta["roles"]},
                  "metrics": ((old or {}).get("metrics", {})
-                             if json.loads(json.dumps((old or {}).get("config"), default=str))
-                             == json.loads(json.dumps(meta["config"], default=str)) else {})}
+                             if _as_json((old or {}).get("config")) == _as_json(meta["config"]) else {})}
     view_meta.pop("roles")
     repro.atomic_write_text(view / "meta.json", json.dumps(view_meta, indent=1, default=str))
     return view
