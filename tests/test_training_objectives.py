@@ -15,7 +15,7 @@ import json
 
 import pytest
 
-from mags_lib.data import GenerationConfig, generate_role_splits
+from mags_lib.data import GenerationConfig, WorldConfig, generate_role_splits
 from mags_lib.data.outcome import OutcomeConfig, build_outcome_rows
 from mags_lib.roles import ROLE_SPECS
 from mags_lib.training import GRPOConfig, LoraSpec, SFTConfig, TrainConfig, profile_config
@@ -85,13 +85,39 @@ def test_the_grpo_pool_follows_the_objective():
         def to_list(self):
             return list(self)
 
-    data = {"gen": {"train": _Split(splits["write"]["train"])}, "seed": None}
+    data = {"gen": {"train": _Split(splits["write"]["train"])}, "seed": None, "generation": gen}
     base = profile_config("write", "smoke")
     assert grpo_pool(base, data) == splits["write"]["train"]
     outcome = with_objective(base, "outcome")
     pool = grpo_pool(outcome, data)
     assert len(pool) == outcome.grpo.n_prompts and all("scenario" in r for r in pool)
     assert all(r["world_id"].startswith("tr") for r in pool)  # training worlds only
+    with pytest.raises(ValueError, match="GenerationConfig"):
+        grpo_pool(outcome, {k: v for k, v in data.items() if k != "generation"})
+
+
+def test_outcome_worlds_are_those_of_the_datasets_whatever_seed_built_them(tmp_path):
+    """Datasets built with seed 3, a run with seed 0: the GRPO outcome pool is drawn from the datasets'
+    training worlds (not seed 0's) and the held-out outcome from their test worlds."""
+    from mags_lib.data import build_all, generation_config, outcome
+    from mags_lib.data import profile_config as data_profile
+    from mags_lib.training.run import load_role_data
+
+    cfg = data_profile("smoke", seed=3, roles=("write",), world=WorldConfig(persons=(2, 3)))
+    built = build_all("smoke", seed_path=None, root=tmp_path, config=cfg, progress=False)
+    gen = generation_config("write", "smoke", root=tmp_path)
+    assert gen == cfg
+    data = load_role_data("write", "smoke", root=tmp_path)
+    assert data["generation"] == cfg
+    names = {split: set().union(*(w.invented_names for w in built["worlds"][split])) for split in built["worlds"]}
+    run = with_objective(profile_config("write", "smoke"), "outcome")
+    assert run.seed == 0
+    pool = grpo_pool(run, data)
+    text = " ".join(r["input"] + r["scenario"] for r in pool)
+    used = {n for n in set().union(*names.values()) if len(n) > 4 and n in text}
+    assert used and used <= names["train"]  # the datasets' own training worlds, none of their held-out ones
+    test = outcome.heldout_worlds("test", config=gen)
+    assert [w.invented_names for w in test] == [w.invented_names for w in built["worlds"]["test"]]
 
 
 def test_a_variant_reuses_a_warm_start_of_the_same_content_only(tiny_base, outcome_rows, tmp_path):

@@ -57,6 +57,8 @@ __all__ = [
     "generate_world",
     "generate_worlds",
     "import_seed",
+    "generation_config",
+    "generation_from_card",
     "load_card",
     "load_processed",
     "name_words",
@@ -91,6 +93,30 @@ def profile_config(profile: str = "default", seed: int = 0, **overrides) -> Gene
     if profile not in _PROFILES:
         raise ValueError(f"unknown profile {profile!r}: use one of {sorted(_PROFILES)}")
     return replace(GenerationConfig(**_PROFILES[profile], seed=seed), **overrides)
+
+
+def generation_config(role: str, profile: str = "default", *, root: str | Path | None = None) -> GenerationConfig:
+    """The :class:`GenerationConfig` the processed generated dataset of ``role`` and ``profile`` was built with
+    (its card's ``params``: seed, world counts and sizes), so that worlds derived later (the outcome
+    objective's training and held-out mini-scenarios) are the dataset's own, whatever seed or overrides
+    built it. Raises ``FileNotFoundError`` (saying how to build it) when the dataset does not exist, and
+    ``ValueError`` when its card records no generation parameters (a dataset saved by hand)."""
+    name = dataset_name("gen", role, profile)
+    cfg = generation_from_card(load_card(name, root=root))
+    if cfg is None:
+        raise ValueError(f"the card of {name} records no generation params (saved without build_all?): rebuild the "
+                         "datasets with notebooks/10_generate_datasets.ipynb or mags_lib.data.build_all")
+    return cfg
+
+
+def generation_from_card(card: dict) -> GenerationConfig | None:
+    """The :class:`GenerationConfig` recorded in a dataset card's ``params``; ``None`` when it records none."""
+    params = dict(card.get("params") or {})
+    if not params:
+        return None
+    world = params.pop("world", None) or {}
+    world = WorldConfig(**{k: tuple(v) if isinstance(v, list) else v for k, v in world.items()})
+    return GenerationConfig(**params, world=world)
 
 
 def seed_skip_message(seed_path: str | Path | None) -> str | None:

@@ -33,7 +33,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from .. import protocol
-from .render import ASK_KINDS, EMPTY_KINDS, WRITE_KINDS, _question, render_example
+from .render import ASK_KINDS, EMPTY_KINDS, WRITE_KINDS, GenerationConfig, _question, render_example
 from .templates import RELATIONS_BY_KEY
 from .worlds import NameRegistry, World, WorldConfig, _check_int, generate_worlds
 
@@ -100,15 +100,21 @@ def training_worlds(n: int, *, seed: int = 0, config: WorldConfig | None = None)
     return generate_worlds(n, seed=seed, prefix="tr", registry=NameRegistry(), config=config or WorldConfig())
 
 
-def heldout_worlds(split: str = "test", *, profile: str = "default", seed: int = 0) -> list[World]:
+def heldout_worlds(split: str = "test", *, profile: str = "default", seed: int = 0,
+                   config: GenerationConfig | None = None) -> list[World]:
     """The ``validation`` or ``test`` worlds of the generated datasets of ``profile`` (the same worlds as
     :func:`~mags_lib.data.render.generate_role_splits`: the splits are drawn in order from one name
-    registry), for evaluating an objective on mini-scenarios no training row ever saw."""
+    registry), for evaluating an objective on mini-scenarios no training row ever saw.
+
+    ``config``: the :class:`GenerationConfig` the datasets were built with (:func:`mags_lib.data.
+    generation_config` reads it from their card); without it, the profile's with this ``seed``. A model
+    trained on datasets of another seed would be evaluated on worlds that are not its data's held-out
+    ones, so pass the card's when the datasets exist."""
     from . import profile_config
 
     if split not in ("validation", "test"):
         raise ValueError(f"held-out worlds are 'validation' or 'test', got {split!r}")
-    cfg = profile_config(profile, seed=seed)
+    cfg = config if config is not None else profile_config(profile, seed=seed)
     registry = NameRegistry()
     out = {}
     for name, n in cfg.n_worlds().items():  # train, validation, test: the order generate_role_splits draws them

@@ -136,12 +136,15 @@ def _outcome_records(path: Path) -> list[dict]:
 
 def heldout_outcome(role: str, backend, prompt, *, profile: str = "default", seed: int = 0, n: int = 100,
                     reader="llamacpp", reader_threads: int = 1, embedder="minilm", out: str | Path | None = None,
-                    n_jobs: int = 1, progress: bool = False) -> dict:
+                    n_jobs: int = 1, progress: bool = False, generation=None) -> dict:
     """The share of held-out mini-scenario questions the frozen ``reader`` answers from the memory built
     (write) or recalled (ask) with the outputs of ``backend`` (greedy, the role's trained ``prompt``).
 
     Scenarios come from the **test** worlds of the profile's datasets (:func:`mags_lib.data.outcome.
-    heldout_worlds`), ``n`` of them; scored by the reward functions themselves. Returns ``{"n",
+    heldout_worlds`), ``n`` of them, rendered with ``seed``; scored by the reward functions themselves.
+    ``generation``: the :class:`~mags_lib.data.GenerationConfig` the role's datasets were built with
+    (:func:`mags_lib.data.generation_config`; :func:`evaluate_variant` passes it), so the worlds are those
+    datasets' test worlds whatever seed built them; without it, the profile's worlds of ``seed``. Returns ``{"n",
     "outcome", "per_row", "cached"}``. With ``out``, the outputs are written to ``out/heldout_outcome.jsonl``
     behind a cache header (the model file, prompt, reader and scenarios): a second call with the same
     inputs reads them back instead of generating and scoring again. With ``n_jobs`` > 1 (a llama.cpp
@@ -156,7 +159,7 @@ def heldout_outcome(role: str, backend, prompt, *, profile: str = "default", see
 
     if role not in ("write", "ask"):
         raise ValueError(f"the held-out outcome exists for the write and ask roles, got {role!r}")
-    worlds = outcome.heldout_worlds("test", profile=profile, seed=seed)
+    worlds = outcome.heldout_worlds("test", profile=profile, seed=seed, config=generation)
     ocfg = outcome.OutcomeConfig(n=n, worlds=len(worlds), seed=seed, roles=(role,))
     rows = outcome.build_outcome_rows(ocfg, worlds=worlds, split="test", progress=progress)[role]
     key = _outcome_key(role, backend, prompt, rows, profile=profile, seed=seed, reader=reader, embedder=embedder)
@@ -244,6 +247,7 @@ def evaluate_variant(role: str, tag: str, profile: str, out_dir: str | Path, *, 
     records, "ops": {set: ops_per_input}, "outcome": heldout_outcome minus per_row}``."""
     from ..backends import load_backend
     from ..backends.llamacpp_backend import usable_cores
+    from ..data import generation_config
     from ..roles import prompt_for_model
     from .layout import run_dir
     from .report import _lora_gguf, evaluate_run
@@ -262,9 +266,10 @@ def evaluate_variant(role: str, tag: str, profile: str, out_dir: str | Path, *, 
     lora = _lora_gguf(adapter, out / "eval" / "grpo", note)
     kw = {"n_threads": threads} if threads else {}
     engine, model = ("llamacpp", str(lora)) if lora is not None else ("transformers", str(adapter))
+    generation = generation_config(role, profile)  # the test worlds of the datasets the variant learned from
     with load_backend(engine, model, **kw) as b:  # with threads > 1, llama.cpp: that many processes of one thread
         oc = heldout_outcome(role, b, prompt, profile=profile, seed=seed, n=n_outcome, reader_threads=reader_threads,
-                             out=out, n_jobs=threads or usable_cores(), progress=progress)
+                             out=out, n_jobs=threads or usable_cores(), progress=progress, generation=generation)
     return {"scores": scores.to_dict(orient="records"), "ops": ops,
             "outcome": {k: v for k, v in oc.items() if k != "per_row"}, "engine": engine}
 

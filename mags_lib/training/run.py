@@ -145,14 +145,15 @@ def _fix_special_tokens(tok, model):
 def load_role_data(role: str, profile: str, *, root: str | Path | None = None,
                    extra: Sequence[str] = ()) -> dict:
     """The processed datasets of ``role``: ``{"gen": DatasetDict, "seed": DatasetDict | None,
-    "seed_skipped": str | None, "extra": {name: DatasetDict}, "hashes": {name: content hash}}``.
+    "seed_skipped": str | None, "extra": {name: DatasetDict}, "hashes": {name: content hash},
+    "generation": the GenerationConfig that built the generated one (None if its card records none)}``.
 
     The seed datasets are optional: when ``data/processed/seed_<role>[_<profile>]`` does not exist,
     ``seed`` is ``None`` and ``seed_skipped`` is the one line saying so and how to add them.
     ``extra``: more dataset folders (``SFTConfig.extra_data``); a missing one is an error saying how to
     build it, and a dataset of another role is refused.
     """
-    from ..data import dataset_name, load_card, load_processed, processed_root
+    from ..data import dataset_name, generation_from_card, load_card, load_processed, processed_root
 
     cards = {}
     for name in extra:  # checked before anything loads
@@ -169,8 +170,10 @@ def load_role_data(role: str, profile: str, *, root: str | Path | None = None,
         cards[name] = card
 
     gen_name = dataset_name("gen", role, profile)
+    gen_card = load_card(gen_name, root=root)
     out: dict[str, Any] = {"gen": load_processed(gen_name, root=root), "seed": None, "seed_skipped": None,
-                           "extra": {}, "hashes": {gen_name: load_card(gen_name, root=root)["content_hash"]}}
+                           "extra": {}, "hashes": {gen_name: gen_card["content_hash"]},
+                           "generation": generation_from_card(gen_card)}
     for name, card in cards.items():
         out["extra"][name] = load_processed(name, root=root)
         # ask and write datasets share a card without a role: their rows say it
@@ -827,11 +830,17 @@ def grpo_pool(config: TrainConfig, data: dict, *, progress: bool = False) -> lis
         raise ValueError("grpo_pool needs a config with a GRPO stage")
     if any(name.startswith("outcome_") for name in g.rewards):
         from ..data import outcome
-        from ..data import profile_config as data_profile
 
-        worlds = data_profile(config.profile, seed=config.seed).worlds_train
-        ocfg = outcome.OutcomeConfig(n=g.n_prompts, worlds=worlds, seed=config.seed, roles=(config.role,))
-        return outcome.build_outcome_rows(ocfg, progress=progress)[config.role]
+        gen = data.get("generation")
+        if gen is None:
+            raise ValueError("an outcome objective draws its mini-scenarios from the training worlds of the role's "
+                             "generated dataset: pass data with its GenerationConfig (load_role_data gives it as "
+                             "data['generation'] when the dataset's card records it: rebuild the datasets with "
+                             "mags_lib.data.build_all if it is None)")
+        # the dataset's worlds (its card's seed and sizes), rendered with the run's seed
+        worlds = outcome.training_worlds(gen.worlds_train, seed=gen.seed, config=gen.world)
+        ocfg = outcome.OutcomeConfig(n=g.n_prompts, worlds=len(worlds), seed=config.seed, roles=(config.role,))
+        return outcome.build_outcome_rows(ocfg, worlds=worlds, progress=progress)[config.role]
     pool = data["gen"]["train"].to_list()
     if data.get("seed") is not None and config.role != "answer":
         pool += data["seed"]["train"].to_list()
