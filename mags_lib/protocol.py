@@ -293,11 +293,25 @@ def _parse_lenient(text: str, role: str | None) -> Parsed:
         if role is not None and tag_role != role:
             out.problems.append(f"dropped a {tag_role} tag in a {role} output")
             continue
-        content = content.strip().strip("\"'`").strip()
+        content = _unquote(content)
         op = _make_op(tag_role, content, out.problems, f"(tag #{i + 1})")
+        if op is not None and op.triplet is not None:
+            fields = tuple(_unquote(f) for f in op.triplet)
+            if fields != op.triplet and all(fields):
+                op = Op("write", f"{escape_field(fields[0])},{escape_field(fields[1])},{fields[2]}", fields)
         if op is not None:
             out.ops.append(op)
     return out
+
+
+def _unquote(text: str) -> str:
+    """``text`` stripped, without the quotes that wrap all of it (the same mark at both ends and nowhere
+    between, repeated): ``'"Old Tom"'`` -> ``Old Tom``; the quotes of a quoted word inside (``Where is "Old
+    Tom"``, ``"Bob", likes, "jazz"`` as a whole) stay."""
+    text = text.strip()
+    while len(text) >= 2 and text[0] == text[-1] and text[0] in "\"'`" and text[0] not in text[1:-1]:
+        text = text[1:-1].strip()
+    return text
 
 
 def parse(text: object, role: str | None = None, mode: str = "strict") -> Parsed:

@@ -58,6 +58,15 @@ PARSE_CASES = [
     # plain prose: strict problem, lenient finds nothing and reports nothing
     ("Blorps eat lemons.", "write", "strict", [], 1),
     ("Blorps eat lemons.", "write", "lenient", [], 0),
+    # lenient mode drops quotes that wrap the content or a field, and only those
+    (W.format('Gus,is named,"Old Tom"'), "write", "lenient", [("write", ("Gus", "is named", "Old Tom"))], 0),
+    (W.format('"Bob", likes, "jazz"'), "write", "lenient", [("write", ("Bob", "likes", "jazz"))], 0),
+    (W.format('"Bob,likes,jazz"'), "write", "lenient", [("write", ("Bob", "likes", "jazz"))], 0),
+    (W.format("Bob's dog,is,Rex"), "write", "lenient", [("write", ("Bob's dog", "is", "Rex"))], 0),
+    (A.format('Where is "Old Tom"'), "ask", "lenient", [("ask", 'Where is "Old Tom"')], 0),
+    (A.format('"Where is Bob?"'), "ask", "lenient", [("ask", "Where is Bob?")], 0),
+    # strict mode keeps them verbatim
+    (W.format('Gus,is named,"Old Tom"'), "write", "strict", [("write", ("Gus", "is named", '"Old Tom"'))], 0),
 ]
 
 
@@ -68,6 +77,9 @@ def test_parse_table(text, role, mode, expected, n_problems):
     assert got == expected
     assert len(p.problems) == n_problems, p.problems
     assert p.ok == (n_problems == 0)
+    for op in p.ops:  # an op's content is what its triplet serialises to (the strict parser reads it back)
+        if op.role == "write":
+            assert P.parse(W.format(op.content), role="write").triplets == [op.triplet]
 
 
 @pytest.mark.parametrize("kwargs,names", [
