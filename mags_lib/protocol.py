@@ -452,22 +452,34 @@ def _runs(words: list[str], phrase: list[str]) -> list[tuple[int, int]]:
     return [(i, i + n) for i in range(len(words) - n + 1) if n and words[i:i + n] == phrase]
 
 
+_NEGATORS = frozenset({"not", "never"})
+
+
+def _negated(words: list[str], i: int) -> bool:
+    """Whether the run starting at word ``i`` is denied by the word before it: "not figs", "never figs",
+    "isn't figs" (normalised "isn t figs": any "...n't")."""
+    return i > 0 and (words[i - 1] in _NEGATORS or (words[i - 1] == "t" and i > 1 and words[i - 2].endswith("n")))
+
+
 def matching_alias(response: str, aliases: Sequence[str]) -> str | None:
     """The first of ``aliases`` that occurs in ``response`` as a whole-word run (the game's rule, DESIGN.md),
     after :func:`normalize_answer`, other than inside an abstention phrase; None when none does. The
     "nothing" of "I know nothing about it" does not answer "What are you carrying?", nor the "memory" of
-    "not in my memory"; an alias that holds more than the phrase ("unknown soldier") still counts. The
+    "not in my memory"; an alias that holds more than the phrase ("unknown soldier") still counts. Nor does
+    an occurrence the word before denies ("Not figs, lemons.", "It isn't figs", "never figs"). The
     response is normalised, and its abstention phrases found, once for all the aliases.
 
     >>> matching_alias("They eat the frozen lemons.", ["lemon", "frozen lemons"])
     'frozen lemons'
     >>> matching_alias("I know nothing about it.", ["nothing"]), matching_alias("Nothing.", ["nothing"])
     (None, 'nothing')
+    >>> matching_alias("Not figs, lemons.", ["figs"]), matching_alias("Figs, not lemons.", ["figs"])
+    (None, 'figs')
     """
     words = normalize_answer(response).split()
     inside: list[tuple[int, int]] | None = None  # abstention spans, found on the first alias that occurs
     for alias in aliases:
-        found = _runs(words, normalize_answer(alias).split())
+        found = [(i, j) for i, j in _runs(words, normalize_answer(alias).split()) if not _negated(words, i)]
         if not found:
             continue
         if inside is None:
@@ -521,7 +533,7 @@ def answer_form(response: str, aliases: Sequence[str] = (), question: str | None
     alias, spans = None, []
     for a in aliases:
         found = [(i, j) for i, j in _runs(words, normalize_answer(a).split())
-                 if not any(s <= i and j <= e for s, e in absts)]
+                 if not any(s <= i and j <= e for s, e in absts) and not _negated(words, i)]
         if found:
             alias, spans = a, found
             break

@@ -75,3 +75,13 @@ def test_nan_options_are_refused_not_turned_into_a_full_penalty(make):
     # NaN passed every "< 0" check: GraphCostConfig then raised ZeroDivisionError, and brevity / length gave -1
     with pytest.raises(ValueError):
         make()
+
+
+@pytest.mark.parametrize("reply", ["Not figs, lemons.", "It isn't figs, it's lemons.", "Never figs."])
+def test_an_answer_the_reply_denies_is_no_answer(reply):
+    # "Not figs, lemons." named the alias and so scored as right (game rule and reader rewards alike)
+    assert P.matching_alias(reply, ["figs"]) is None
+    assert get_reward("answer_correct")([reply], aliases=[["figs"]]) == [0.0]
+    assert _answer_total(reply, ["figs"]) < _answer_total("Figs.", ["figs"])
+    assert P.matching_alias("Figs, not lemons.", ["figs"]) == "figs"  # the denial of another candidate is fine
+    assert P.matching_alias("Not only figs.", ["figs"]) == "figs"
