@@ -17,7 +17,8 @@ fact edges with locality, random 384-d unit embeddings):
 * engram throughput (triplets/s) with precomputed embeddings (a lookup-table embedder), for each
   call size in ``--engram-batches`` (default 10 and 100 triplets per call), about half of the
   entity mentions new and half already known;
-* ``maintain`` wall time per tick (all steps enabled; median of ``--ticks`` ticks) and per step;
+* ``maintain`` wall time per tick (all steps enabled; median of ``--ticks`` ticks) and per step, on the
+  graph of the size reported (after the recall phase, before the engram phase adds entities);
 * resident memory after building, and the process's peak;
 * growth exponents: slopes of log(time) against log(n) for recall p50 and maintain.
 
@@ -207,6 +208,21 @@ def bench_size(n: int, *, edges_per_node: int = 5, queries: int = 200, engram_tr
             lat.append(time.perf_counter() - t)
         out["recall_with_embedding"] = _percentiles(lat)
         out["recall_with_embedding"]["embedder"] = getattr(query_embedder, "name", "?")
+    # maintain, on the graph of the size reported (before the engram phase adds its entities: at 1k nodes
+    # the 4,000 engram triplets more than quadrupled the graph the tick ran on, flattening the growth exponent)
+    gc.collect()
+    size = {"n_nodes": int(g.nodes.alive.sum()), "n_edges": int((g.edges.alive & g.edges.valid).sum())}
+    times, steps = [], []
+    for _ in range(ticks):
+        t = time.perf_counter()
+        rep = g.maintain()
+        times.append(time.perf_counter() - t)
+        steps.append(rep.seconds)
+    out["maintain"] = {**size, "median_s": float(np.median(times)), "all_s": times,
+                       "steps_s": {k: float(np.median([s[k] for s in steps])) for k in steps[0]},
+                       "edges_after": int((g.edges.alive & g.edges.valid).sum())}
+    if progress:
+        progress(f"n={n}: maintain {out['maintain']['median_s']:.3f} s")
     # engram throughput with precomputed embeddings, per call size (a turn's few facts vs a document's many)
     out["engram"] = {}
     gc.collect()
@@ -229,19 +245,6 @@ def bench_size(n: int, *, edges_per_node: int = 5, queries: int = 200, engram_tr
     if progress:
         progress(f"n={n}: engram " + ", ".join(f"{k}: {v['triplets_per_s']:.0f}/s" for k, v in out["engram"].items()
                                                if k.startswith("batch_")))
-    # maintain
-    gc.collect()
-    times, steps = [], []
-    for _ in range(ticks):
-        t = time.perf_counter()
-        rep = g.maintain()
-        times.append(time.perf_counter() - t)
-        steps.append(rep.seconds)
-    out["maintain"] = {"median_s": float(np.median(times)), "all_s": times,
-                       "steps_s": {k: float(np.median([s[k] for s in steps])) for k in steps[0]},
-                       "edges_after": int((g.edges.alive & g.edges.valid).sum())}
-    if progress:
-        progress(f"n={n}: maintain {out['maintain']['median_s']:.3f} s")
     out["memory"] = {"rss_before_mb": rss0, "rss_built_mb": rss_built, "rss_after_mb": _rss_mb(),
                      "process_peak_mb": _peak_mb()}
     return out
@@ -377,7 +380,8 @@ def run(sizes: Sequence[int] = (1_000, 10_000, 100_000), *, out_dir: str | Path 
     exps = {
         "recall_p50": _round(fit_exponent(ns, [r["recall"]["p50_ms"] for r in rows])),
         "recall_p95": _round(fit_exponent(ns, [r["recall"]["p95_ms"] for r in rows])),
-        "maintain": _round(fit_exponent(ns, [r["maintain"]["median_s"] for r in rows])),
+        "maintain": _round(fit_exponent([r["maintain"]["n_nodes"] for r in rows],
+                                        [r["maintain"]["median_s"] for r in rows])),
     }
     big = max(rows, key=lambda r: r["n_nodes"])
     ref = min(rows, key=lambda r: abs(math.log(r["n_nodes"] / 100_000)))  # the targets' reference size
@@ -398,12 +402,13 @@ def run(sizes: Sequence[int] = (1_000, 10_000, 100_000), *, out_dir: str | Path 
     }
     at_100k = ref["n_nodes"] >= 100_000
     result["targets_reference_n_nodes"] = ref["n_nodes"]
+    # None: not measured (no size near 100k nodes, the targets' reference; the exponent over sizes that end there)
     result["targets_met"] = {
-        "recall_p95_ms_100k": at_100k and ref["recall"]["p95_ms"] <= TARGETS["recall_p95_ms_100k"],
-        "maintain_s_100k": at_100k and ref["maintain"]["median_s"] <= TARGETS["maintain_s_100k"],
+        "recall_p95_ms_100k": ref["recall"]["p95_ms"] <= TARGETS["recall_p95_ms_100k"],
+        "maintain_s_100k": ref["maintain"]["median_s"] <= TARGETS["maintain_s_100k"],
         "maintain_exponent": exps["maintain"] is not None and exps["maintain"] <= TARGETS["maintain_exponent"],
-        "engram_triplets_per_s": at_100k and ref["engram"]["triplets_per_s"] >= TARGETS["engram_triplets_per_s"],
-    }
+        "engram_triplets_per_s": ref["engram"]["triplets_per_s"] >= TARGETS["engram_triplets_per_s"],
+    } if at_100k else dict.fromkeys(TARGETS)
     from mags_lib import repro
 
     result["meta"] = {"git_sha": repro.git_sha(), "written_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
