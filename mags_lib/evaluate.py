@@ -41,7 +41,7 @@ from .metrics import evaluate_answers, evaluate_predictions
 from .repro import atomic_write_text
 from .roles import ROLE_NAMES, ROLE_SPECS, PromptSpec, prompt_for_model
 
-__all__ = ["EvalConfig", "before_sets", "evaluate_sets", "main", "sample_rows"]
+__all__ = ["EvalConfig", "before_sets", "evaluate_sets", "evaluated_sets", "main", "sample_rows"]
 
 MODES = ("free", "grammar")
 
@@ -53,6 +53,7 @@ class EvalConfig:
     backend: str = "llamacpp"  # llamacpp | transformers | vllm
     model: str | None = None  # None: the embedded SmolLM2-135M-Instruct
     prompt: str = "auto"  # auto (the model's own: trained prompt if its meta.json says so) | base | trained
+    prompt_model: str | None = None  # auto: read the prompt from this model folder's meta.json (e.g. the adapter a LoRA GGUF was converted from)
     modes: tuple[str, ...] = MODES  # "free" and/or "grammar" (GBNF-constrained; ask and write only)
     max_new_tokens: int | None = None  # None: the prompt spec's; else a cap (e.g. a quick smoke run)
     n_per_set: int = 100  # examples drawn from each evaluation set (0 = all)
@@ -78,7 +79,7 @@ class EvalConfig:
     def prompt_spec(self, role: str, model_path: str | None) -> PromptSpec:
         """The prompt of ``role`` for this evaluation (see the ``prompt`` field)."""
         if self.prompt == "auto":
-            return prompt_for_model(role, model_path)
+            return prompt_for_model(role, self.prompt_model or model_path)
         return ROLE_SPECS[role].prompt(self.prompt == "trained")
 
 
@@ -97,15 +98,34 @@ def sample_rows(rows: Sequence[dict], n: int, seed: int = 0) -> list[dict]:
     return [rows[i] for i in idx]
 
 
-def _model_id(backend) -> str:
-    """The backend's model path plus its size and modification time, so that a model re-exported to
-    the same path invalidates cached predictions."""
-    path = str(getattr(backend, "model_path", ""))
+def _file_id(path: str) -> str:
     try:
         st = os.stat(path)
     except OSError:
         return path
     return f"{path}:{st.st_size}:{st.st_mtime_ns}"
+
+
+def _model_id(backend) -> str:
+    """The backend's model path plus its size and modification time, so that a model re-exported to
+    the same path invalidates cached predictions; for a LoRA file, also the base model it is applied
+    onto (same identity) and the scale (the backend's ``memo_identity``): a new base under the same
+    LoRA path is another model."""
+    ident = _file_id(str(getattr(backend, "model_path", "")))
+    memo = getattr(backend, "memo_identity", None)
+    extra = memo() if callable(memo) else []
+    return "|".join([ident, *(_file_id(x) if isinstance(x, str) else repr(x) for x in extra)])
+
+
+def evaluated_sets(folder: str | Path, mode: str = "free") -> list[str]:
+    """The sets the last :func:`evaluate_sets` into ``folder`` scored in ``mode`` (its ``metrics.json``), in
+    order; predictions files of other sets in the folder are left over from earlier evaluations (another
+    profile, a set dropped since) and are not this evaluation's. Empty when the folder has no metrics."""
+    path = Path(folder) / "metrics.json"
+    if not path.is_file():
+        return []
+    rows = json.loads(path.read_text()).get("rows") or []
+    return [r["set"] for r in rows if r.get("mode") == mode]
 
 
 def _key(cfg: EvalConfig, mode: str, rows: Sequence[dict], model_path: str, spec: PromptSpec) -> str:
@@ -176,6 +196,8 @@ def evaluate_sets(sets: dict[str, Sequence[dict]], out_dir: str | Path, config: 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     for name, rows in sets.items():
+        if not rows:
+            raise ValueError(f"set {name!r} holds no rows: drop it from the sets to evaluate (or rebuild its data)")
         roles = {r["role"] for r in rows}
         if len(roles) != 1 or roles - set(ROLE_NAMES):
             raise ValueError(f"set {name!r} must hold rows of one role (ask, write or answer), found {sorted(roles)}")
@@ -204,6 +226,8 @@ def evaluate_sets(sets: dict[str, Sequence[dict]], out_dir: str | Path, config: 
             spec = cfg.prompt_spec(role, model_path)
             records = _generate(backend, rows, spec, mode, cfg, out, name, None if (name, mode) in by_workers else bar,
                                 reuse)
+            for x, r in zip(records, rows):  # the labels of today's rows (the cache key holds ids, inputs, golds)
+                x["kind"] = r["kind"]
             outputs = [x["output"] for x in records]
             if role == "answer":
                 rep = evaluate_answers(outputs, [list(r["aliases"]) for r in rows])

@@ -95,6 +95,7 @@ def fake_eval(tmp_path, monkeypatch):
         (Path(out) / "predictions_gen_write_free.jsonl").write_text(
             json.dumps({"cache_key": "k"}) + "\n"
             + json.dumps({"id": "g1", "input": "x", "gold": "", "output": f"by {Path(out).name}"}) + "\n")
+        (Path(out) / "metrics.json").write_text(json.dumps({"rows": [{"set": "gen_write", "mode": "free"}]}))
         return pd.DataFrame([{"set": "gen_write", "mode": "free", "n": 1, "exact_f1": 0.5}])
 
     class Dummy:

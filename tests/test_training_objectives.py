@@ -217,6 +217,7 @@ def test_paired_with_compares_the_same_inputs_and_refuses_other_ones(tmp_path):
         recs = [{"id": f"g{i}", "input": f"in{i}", "gold": g, "output": o} for i, (g, o) in enumerate(zip(gold, outputs))]
         (d / "eval" / "grpo" / "predictions_gen_write_free.jsonl").write_text(
             "\n".join([json.dumps({"cache_key": "k"})] + [json.dumps(r) for r in recs]) + "\n")
+        (d / "eval" / "grpo" / "metrics.json").write_text(json.dumps({"rows": [{"set": "gen_write", "mode": "free"}]}))
         ids = ids or [f"o{i}" for i in range(len(scores))]
         (d / "heldout_outcome.jsonl").write_text("\n".join(
             [json.dumps({"cache_key": "k"})] + [json.dumps({"id": i, "input": inputs, "output": "y", "score": s})

@@ -248,6 +248,7 @@ def evaluate_variant(role: str, tag: str, profile: str, out_dir: str | Path, *, 
     from ..backends import load_backend
     from ..backends.llamacpp_backend import usable_cores
     from ..data import generation_config
+    from ..evaluate import evaluated_sets
     from ..roles import prompt_for_model
     from .layout import run_dir
     from .report import _lora_gguf, evaluate_run
@@ -255,8 +256,8 @@ def evaluate_variant(role: str, tag: str, profile: str, out_dir: str | Path, *, 
     out = Path(out_dir)
     scores = evaluate_run(role, tag, profile, out / "eval", n=n, seed=seed, stages=("grpo",), threads=threads,
                           max_new_tokens=max_new_tokens, progress=progress, note=note)
-    ops = {p.name[len("predictions_"):-len("_free.jsonl")]: ops_per_input(p)
-           for p in sorted((out / "eval" / "grpo").glob("predictions_*_free.jsonl"))}
+    ops = {name: ops_per_input(out / "eval" / "grpo" / f"predictions_{name}_free.jsonl")
+           for name in evaluated_sets(out / "eval" / "grpo")}  # this evaluation's sets, not leftovers
     adapter = run_dir(role, tag) / "grpo"
     prompt = prompt_for_model(role, adapter)
     if max_new_tokens:
@@ -334,6 +335,7 @@ def paired_with(out_dir: str | Path, name: str, ref: str = "imitation", *, role:
     files :func:`evaluate_variant` wrote under ``out_dir/<variant>/``; a figure whose files are missing or
     hold other inputs (ids, inputs and golds compared row by row) is left out."""
     from .. import metrics
+    from ..evaluate import evaluated_sets
 
     out: dict = {}
     root = Path(out_dir)
@@ -344,8 +346,8 @@ def paired_with(out_dir: str | Path, name: str, ref: str = "imitation", *, role:
             d = metrics.mean_difference([r["score"] for r in ra], [r["score"] for r in rb], n_boot=n_boot, seed=seed)
             out.update(outcome_minus_imitation=d["difference"], outcome_diff_lo=d["interval"][0],
                        outcome_diff_hi=d["interval"][1])
-    pa = sorted((root / name / "eval" / "grpo").glob("predictions_gen_*_free.jsonl"))
-    pb = sorted((root / ref / "eval" / "grpo").glob("predictions_gen_*_free.jsonl"))
+    pa, pb = ([root / v / "eval" / "grpo" / f"predictions_{s}_free.jsonl"
+               for s in evaluated_sets(root / v / "eval" / "grpo") if s.startswith("gen_")] for v in (name, ref))
     if pa and pb and pa[0].name == pb[0].name:
         ea, eb = _prediction_records(pa[0]), _prediction_records(pb[0])
         if ea and _same_rows(ea, eb, ("id", "input", "gold")):

@@ -206,13 +206,14 @@ def evaluate_run(role: str, run_tag: str, profile: str, out_dir: str | Path, *, 
                 _set_aside(Path(out_dir) / stage, note)
                 continue
             lora = _lora_gguf(adapter, Path(out_dir) / stage, note)
-            if lora is not None:
+            if lora is not None:  # the prompt the run was trained with (its meta.json), as the agent uses it
                 engine, model = "llamacpp", str(lora)
-                cfg = EvalConfig(backend="llamacpp", modes=modes, prompt="trained", **common)
+                cfg = EvalConfig(backend="llamacpp", model=model, modes=modes, prompt="auto",
+                                 prompt_model=str(adapter), **common)
             else:
                 fallback = True
                 engine, model = "transformers", str(adapter)
-                cfg = EvalConfig(backend="transformers", modes=("free",), prompt="auto", **common)
+                cfg = EvalConfig(backend="transformers", model=model, modes=("free",), prompt="auto", **common)
         reuse = [base_from] if stage == "base" and base_from else ()
         if engine == "llamacpp" and processes > 1:  # that many processes of one llama.cpp thread each
             cfg = dataclasses.replace(cfg, model=model, n_jobs=processes)
@@ -261,11 +262,15 @@ def example_table(out_dir: str | Path, *, stages: Sequence[str] = ("base", "sft"
     import numpy as np
     import pandas as pd
 
+    from ..evaluate import evaluated_sets
+
     preds = {}
     for stage in stages:
-        files = sorted((Path(out_dir) / stage).glob("predictions_*_free.jsonl"))
-        if set_name is not None:
-            files = [f for f in files if f.name == f"predictions_{set_name}_free.jsonl"]
+        folder = Path(out_dir) / stage
+        # the sets this stage's last evaluation scored: other predictions files there are left over (another profile)
+        names = [s for s in evaluated_sets(folder) if set_name is None or s == set_name]
+        files = [folder / f"predictions_{s}_free.jsonl" for s in names]
+        files = [f for f in files if f.is_file()]
         if not files:
             continue
         lines = jsonl_lines(files[0].read_text())[1:]
