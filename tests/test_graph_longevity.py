@@ -90,3 +90,21 @@ def test_a_save_made_before_provenance_dropped_existed_loads(tmp_path):
     files["manifest.json"] = json.dumps(manifest).encode()
     old = graph_from_files(files, g.embedder)
     assert old.edge(e)["provenance_dropped"] == 0 and old.edge(e)["episodes"] == g.edge(e)["episodes"]
+
+
+def test_too_short_a_conversation_is_refused_not_written_as_nan(tmp_path):
+    # simulate(n_turns=0) returned NaN shares, and run(n_turns=3) wrote NaN fifths into longevity.json (not JSON)
+    import pytest
+
+    from mags_lib.bench import longevity
+
+    for n in (0, 3, 2.5):
+        with pytest.raises(ValueError, match="fifth"):
+            simulate(n_turns=n)
+    with pytest.raises(ValueError, match="fifth"):
+        longevity.run(n_turns=3, out_dir=tmp_path, horizons=(3,), decay_rates=(0.01,), seeds=(0,), progress=False)
+    with pytest.raises(ValueError, match="fifth"):
+        longevity.run(n_turns=10, out_dir=tmp_path, horizons=(3,), decay_rates=(0.01,), seeds=(0,), progress=False)
+    assert not (tmp_path / "longevity.json").exists()
+    r = simulate(n_turns=5, recall_check=False)
+    assert all(v == v for v in r["valid_by_fifth"])  # no NaN

@@ -134,6 +134,8 @@ def simulate(config=None, *, n_turns: int = 600, maintain_every: int | None = No
     from ..embed import HashEmbedder
     from ..graph import GraphConfig, LiquidGraph
 
+    if isinstance(n_turns, bool) or not isinstance(n_turns, int) or n_turns < 5:
+        raise ValueError(f"n_turns must be an integer >= 5 (survival is reported per fifth), got {n_turns!r}")
     if maintain_every is None:
         from ..agent import MAGSConfig
 
@@ -194,9 +196,10 @@ def _check_turns(n_turns: int) -> None:
     """ValueError unless ``n_turns`` fits the hub case (:data:`_HUB_SUBJECTS` subjects of at most one fact per
     relation each): checked before the first simulation."""
     hub_max = _HUB_SUBJECTS * len(RELATIONS)
-    if not 1 <= n_turns <= hub_max:
-        raise ValueError(f"n_turns must be in [1, {hub_max}], got {n_turns}: the hub case has {_HUB_SUBJECTS} subjects "
-                         f"of at most {len(RELATIONS)} distinct facts each")
+    if not 5 <= n_turns <= hub_max:
+        raise ValueError(f"n_turns must be in [5, {hub_max}], got {n_turns}: survival is reported per fifth of the "
+                         f"conversation, and the hub case has {_HUB_SUBJECTS} subjects of at most {len(RELATIONS)} "
+                         "distinct facts each")
 
 
 def run(*, n_turns: int = 600, out_dir: str | Path = "results/bench", seeds: Sequence[int] = (0, 1),
@@ -218,8 +221,8 @@ def run(*, n_turns: int = 600, out_dir: str | Path = "results/bench", seeds: Seq
     _check_turns(n_turns)
     if not len(seeds):
         raise ValueError("seeds is empty: give at least one seed")
-    if not len(horizons) or min(horizons) < 1 or not len(decay_rates) or min(decay_rates) < 0:
-        raise ValueError(f"horizons need turn counts >= 1 and decay_rates rates >= 0, got {list(horizons)} and "
+    if not len(horizons) or min(horizons) < 5 or not len(decay_rates) or min(decay_rates) < 0:
+        raise ValueError(f"horizons need turn counts >= 5 (one per fifth) and decay_rates rates >= 0, got {list(horizons)} and "
                          f"{list(decay_rates)}")
     say = print if progress else (lambda *a, **k: None)
     t0 = time.perf_counter()
@@ -269,7 +272,7 @@ def run(*, n_turns: int = 600, out_dir: str | Path = "results/bench", seeds: Seq
                        "git_sha": repro.git_sha(), "wall_time_s": round(time.perf_counter() - t0, 1)}}
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    repro.atomic_write_text(out / "longevity.json", json.dumps(result, indent=1))
+    repro.atomic_write_text(out / "longevity.json", json.dumps(result, indent=1, allow_nan=False))
     return result
 
 
