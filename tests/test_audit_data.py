@@ -195,3 +195,16 @@ def test_a_multihop_question_has_one_answer_when_its_second_hop_is_symmetric():
         texts = [it["text"] for it in row["memory"]]
         assert not any("Staquie" in t for t in texts), (row["input"], row["response"], texts)
     assert len(rows) > 5
+
+
+def test_build_all_refuses_an_unknown_profile_and_a_seed_its_config_overrides(tmp_path):
+    # build_all("smok", config=...) saved gen_*_smok datasets; build_all(seed=5, config=<seed 0>) built seed 0
+    from mags_lib.data import WorldConfig, build_all, profile_config
+
+    with pytest.raises(ValueError, match="unknown profile 'smok'"):
+        build_all("smok", config=profile_config("smoke"), root=tmp_path, seed_path=None, progress=False)
+    with pytest.raises(ValueError, match="disagree"):
+        build_all("smoke", seed=5, config=profile_config("smoke"), root=tmp_path, seed_path=None, progress=False)
+    assert not (tmp_path / "processed").exists() and not any(tmp_path.iterdir())
+    with pytest.raises(TypeError, match="pair of integers"):
+        WorldConfig(species=(2.5, 4))  # drew 2 species

@@ -160,6 +160,11 @@ def build_all(profile: str = "default", *, seed: int = 0, seed_path: str | Path 
         "seed_import": SeedImport | None, "seed_skipped": str | None, "config": GenerationConfig,
         "mask": set}``
     """
+    if profile not in _PROFILES:  # names the saved datasets, with or without a config
+        raise ValueError(f"unknown profile {profile!r}: use one of {sorted(_PROFILES)}")
+    if config is not None and seed != 0 and seed != config.seed:
+        raise ValueError(f"seed={seed} and config.seed={config.seed} disagree: the config's seed builds the data, "
+                         "so pass the seed in the config (profile_config(profile, seed=...)) and leave seed out")
     cfg = config or profile_config(profile, seed=seed)
     rows, worlds = generate_role_splits(cfg, progress=progress)
     mask = {w for ws in worlds.values() for world in ws for w in name_words(world)}

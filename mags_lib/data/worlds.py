@@ -256,7 +256,10 @@ class WorldConfig:
 
     def __post_init__(self) -> None:
         for name in ("species", "persons", "places", "games", "events", "artifacts"):
-            lo, hi = getattr(self, name)
+            pair = getattr(self, name)
+            if isinstance(pair, (str, bytes)) or len(pair) != 2 or not all(map(_is_int, pair)):
+                raise TypeError(f"WorldConfig.{name} must be a (lo, hi) pair of integers, got {pair!r}")
+            lo, hi = pair
             if not 0 <= lo <= hi:
                 raise ValueError(f"WorldConfig.{name} must be (lo, hi) with 0 <= lo <= hi, got {(lo, hi)}")
         if self.species[0] < 2 or self.persons[0] < 2 or self.places[0] < 2:
