@@ -189,3 +189,144 @@ def test_a_data_path_given_and_missing_is_an_error_not_a_skip(tmp_path, capsys):
         E.main(["--profile", "smoke", "--out", str(tmp_path / "out"), "--data", str(tmp_path / "nope" / "locomo10.json")])
     assert e.value.code == 2 and "nope" in capsys.readouterr().err
     assert not (tmp_path / "out").exists()
+
+
+# ------------------------------------------------------------------------------------------------
+# second audit: adversarial hedges, cache keys, the reader's memory tokens, the loader's checks, $MAGS_LOCOMO
+@pytest.mark.parametrize("reply", ["(b) Yes, but I am not sure.", "Yes. The date was not specified.",
+                                   "(b) I am not sure.", "b) I don't know more than that", "b, I think; not sure"])
+def test_a_hedged_adversarial_option_is_not_an_abstention(reply):
+    """A reply that picks the wrong (adversarial) option and hedges was mapped to 'Not mentioned in the
+    conversation' because an abstention phrase occurs in it, and scored 1.0 where LoCoMo scores 0."""
+    from mags_lib.protocol import ABSTAIN_ANSWER
+
+    opts = {"a": L.CAT5_NOT_MENTIONED, "b": "Yes"}
+    pred = E.map_cat5_reply(reply, opts, ABSTAIN_ANSWER)
+    assert pred == reply and L.qa_score(pred, None, 5) == 0.0
+
+
+@pytest.mark.parametrize("reply", ["I don't know.", "I don't know: that is not in my memory.", "Not mentioned.",
+                                   "I don't know a thing about it", "Not yes. I don't know."])
+def test_a_genuine_abstention_is_still_the_right_option(reply):
+    """Mapping abstentions is intended: one that names no adversarial option (a denied 'yes' does not name it;
+    the article 'a' is not the letter) still becomes 'Not mentioned in the conversation' and scores 1."""
+    from mags_lib.protocol import ABSTAIN_ANSWER
+
+    for opts in ({"a": L.CAT5_NOT_MENTIONED, "b": "Yes"}, {"a": "Yes", "b": L.CAT5_NOT_MENTIONED}):
+        assert E.map_cat5_reply(reply, opts, ABSTAIN_ANSWER) == L.CAT5_NOT_MENTIONED
+    hedge = "(a) I am not sure."  # names option (a): the right one, or the wrong one
+    assert E.map_cat5_reply(hedge, {"a": L.CAT5_NOT_MENTIONED, "b": "Yes"}, ABSTAIN_ANSWER) == L.CAT5_NOT_MENTIONED
+    assert E.map_cat5_reply(hedge, {"a": "Yes", "b": L.CAT5_NOT_MENTIONED}, ABSTAIN_ANSWER) == hedge
+
+
+def _cat5_file(tmp_path, first_category: int = 4, adversarial: str = "Yes") -> L.LoCoMo:
+    qa = [{**QA[0], "category": first_category}, *QA[1:],
+          {"question": "Did Jon sell jackets?", "adversarial_answer": adversarial, "evidence": ["D2:1"], "category": 5}]
+    p = tmp_path / "cat5.json"
+    p.write_text(json.dumps([{"sample_id": "tiny", "conversation": _conv(), "qa": qa}]))
+    return L.load_locomo(p)
+
+
+def test_unit_cache_is_keyed_on_categories_and_adversarial_answers(tmp_path):
+    """A corrected data file (a question's category or adversarial option changed) reused the cached rows with
+    the old category: the conversation's hash left both out."""
+    old = _cat5_file(tmp_path)
+    new = _cat5_file(tmp_path, first_category=2)
+    other = _cat5_file(tmp_path, adversarial="No")
+    h = [E._conv_hash(d.conversations[0]) for d in (old, new, other)]
+    assert h[0] != h[1] and h[0] != h[2]
+    cfg = _cfg(mags_writes=())
+    E.run_benchmark(old, cfg, out_dir=tmp_path / "out", token_counter=len, progress=False)
+    res = E.run_benchmark(new, cfg, out_dir=tmp_path / "out", token_counter=len, progress=False)
+    assert {r["category"] for r in res.recall_rows if r["question"] == 0} == {2}
+
+
+def test_mags_memory_tokens_count_the_lines_the_reader_is_shown(tiny):
+    """MAGS's memory tokens were counted on the items' raw text, while its reader is shown each item rendered
+    (date and speaker): MAGS looked about 13 % cheaper than what its reader reads."""
+    from mags_lib.protocol import format_facts
+
+    def words(s):
+        return len(s.split())
+
+    res = E.run_benchmark(tiny, _cfg(), token_counter=words, progress=False)
+    m = res.memories["tiny/episodes"]
+    rows = [r for r in res.recall_rows if r["retriever"].startswith("mags")]
+    assert rows
+    for r in rows:
+        q = tiny.conversations[0].questions[r["question"]]
+        items = m.recall(q.question, k=5)  # every turn of the tiny memory: the same lines whatever the order
+        shown = format_facts([m.render_item(it) for it in items])
+        assert "(20 January 2023) Jon:" in shown or "(29 January 2023)" in shown
+        assert r["memory_tokens"] == words(shown) > words(format_facts([it.text for it in items]))
+
+
+@pytest.mark.parametrize(("change", "match"), [
+    (lambda c: c.pop("qa"), r"tiny: no 'qa' list of questions \(its keys: conversation, sample_id\)"),
+    (lambda c: c.update(qas=c.pop("qa")), r"no 'qa' list.*qas.*misspelt"),
+    (lambda c: c["qa"][0].update(category=True), r"tiny qa 0: category must be one of \[1, 2, 3, 4, 5\], got True"),
+    (lambda c: c["qa"].append({"question": "Is Jon a pilot?", "evidence": [], "category": 5}),
+     r"tiny qa 3: category-5 .* neither 'adversarial_answer' nor 'answer'"),
+])
+def test_the_loader_refuses_a_conversation_without_questions_or_options(tmp_path, change, match):
+    """A conversation without 'qa' (or misspelt) loaded with 0 questions and a run said 'done' with empty
+    metrics; `category: True` was category 1; an adversarial question with neither answer got the option 'Yes'."""
+    c = {"sample_id": "tiny", "conversation": _conv(), "qa": [dict(q) for q in QA]}
+    change(c)
+    p = tmp_path / "bad.json"
+    p.write_text(json.dumps([c]))
+    with pytest.raises(L.LoCoMoFormatError, match=match):
+        L.load_locomo(p)
+
+
+def test_a_handmade_adversarial_question_gets_no_invented_option():
+    q = L.Question("c", 0, "Is Oscar Melanie's pet?", None, 5, ("D1:1",))
+    with pytest.raises(ValueError, match="c#0: a category-5 question needs its adversarial_answer"):
+        E.reader_question(q)
+
+
+def test_a_folder_holding_locomo10_json_stands_for_it(tmp_path, monkeypatch):
+    """--data (or $MAGS_LOCOMO) naming the folder that holds locomo10.json was 'not found'; a folder without it
+    now says what was expected."""
+    p = tmp_path / "data" / "locomo10.json"
+    p.parent.mkdir()
+    p.write_text(json.dumps([{"sample_id": "tiny", "conversation": _conv(), "qa": QA}]))
+    assert L.load_locomo(p.parent).path == p
+    monkeypatch.setenv("MAGS_LOCOMO", str(p.parent))
+    assert L.load_locomo().n_questions == 3
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(FileNotFoundError, match=r"is a directory; expected .*empty.locomo10\.json"):
+        L.load_locomo(tmp_path / "empty")
+
+
+def test_mags_locomo_set_and_missing_is_an_error_not_a_skip(tmp_path, monkeypatch, capsys):
+    """An explicitly set $MAGS_LOCOMO pointing nowhere printed 'skipped' and exited 0, like the optional default
+    (a batch run with a typo in it "passed"). The default, absent, stays a one-line skip."""
+    monkeypatch.setenv("MAGS_LOCOMO", str(tmp_path / "typo.json"))
+    with pytest.raises(SystemExit) as e:
+        E.main(["--profile", "smoke", "--out", str(tmp_path / "out")])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and "$MAGS_LOCOMO" in err and "typo.json" in err
+    assert not (tmp_path / "out").exists()
+    monkeypatch.delenv("MAGS_LOCOMO")
+    monkeypatch.setattr(L, "default_path", lambda: tmp_path / "absent" / "locomo10.json")
+    assert E.main(["--profile", "smoke", "--out", str(tmp_path / "out")]) == 0
+    assert capsys.readouterr().err.startswith("skipped: ") and not (tmp_path / "out").exists()
+
+
+def test_evidence_recall_refuses_strings_for_lists():
+    """A str for `evidence`, or str entries in `retrieved_sources`, were split into characters: recall 0.0."""
+    with pytest.raises(TypeError, match=r"evidence must be a list of dia_ids.*'D1:3'"):
+        L.evidence_recall("D1:3", [["D1:3"]], 1)
+    with pytest.raises(TypeError, match=r"item 0 is the str 'D1:3'.*wrap each item's ids in a list"):
+        L.evidence_recall(["D1:3"], ["D1:3", "D2:1"], 2)
+    assert L.evidence_recall(("D1:3",), [("D1:3",), ("D2:1",)], 2) == 1.0
+
+
+@pytest.mark.parametrize("name", ["conversations", "mags_writes", "qa_systems", "extra_embedders", "ks"])
+def test_config_refuses_a_str_for_a_tuple(name):
+    """`conversations="conv-26"` became ('c', 'o', 'n', 'v', ...): a run over no known conversation."""
+    with pytest.raises(TypeError, match=rf"{name} takes a tuple, got the str .*pass a tuple"):
+        E.LoCoMoBenchConfig(**{name: "episodes"})
+    with pytest.raises(TypeError, match="pass a tuple"):
+        E.LoCoMoBenchConfig.for_profile("smoke", conversations="conv-26")

@@ -24,8 +24,9 @@ examples in ``LoCoMo.quirk_examples``):
 * session dates like ``"1:56 pm on 8 May, 2023"``: parsed to real datetimes
   (:func:`parse_session_date`).
 
-Anything else malformed (not JSON, a conversation without speakers, an unparseable date) raises
-:class:`LoCoMoFormatError` naming the place and the value.
+Anything else malformed (not JSON, a conversation without speakers or without a ``qa`` list, an
+unparseable date, a category-5 question with neither answer) raises :class:`LoCoMoFormatError` naming
+the place and the value.
 
 Metrics (DESIGN.md):
 
@@ -56,6 +57,7 @@ __all__ = [
     "Conversation",
     "LoCoMo",
     "LoCoMoFormatError",
+    "LoCoMoNotFoundError",
     "Question",
     "Session",
     "Turn",
@@ -86,6 +88,22 @@ class LoCoMoFormatError(ValueError):
     """The file is not LoCoMo as this loader knows it; the message says where and what."""
 
 
+class LoCoMoNotFoundError(FileNotFoundError):
+    """No LoCoMo file where one was looked for.
+
+    ``explicit`` says whether the place was asked for (a path passed, or ``$MAGS_LOCOMO`` set): a
+    command treats that as a mistake (a usage error), and only the default place, absent, as an
+    optional input left out (one ``skipped`` line).
+    """
+
+    def __init__(self, message: str, explicit: bool):
+        super().__init__(message)
+        self.explicit = explicit
+
+
+FILE_NAME = "locomo10.json"
+
+
 def default_path() -> Path:
     """``$MAGS_LOCOMO``, else ``<project>/../shared/data/locomo/locomo10.json``."""
     env = os.environ.get("MAGS_LOCOMO")
@@ -93,7 +111,32 @@ def default_path() -> Path:
         return Path(env)
     from ..models import project_root
 
-    return project_root().parent / "shared" / "data" / "locomo" / "locomo10.json"
+    return project_root().parent / "shared" / "data" / "locomo" / FILE_NAME
+
+
+def _resolve_path(path: str | Path | None) -> Path:
+    """The LoCoMo file to read: ``path``, or :func:`default_path`; a folder stands for its ``locomo10.json``.
+
+    Raises :class:`LoCoMoNotFoundError` (``explicit`` when ``path`` was given or ``$MAGS_LOCOMO`` is set)
+    when there is no such file, saying what was looked for and where to get it.
+    """
+    env = os.environ.get("MAGS_LOCOMO")
+    explicit = path is not None or bool(env)
+    where = (f"{path}" if path is not None else f"$MAGS_LOCOMO={env}" if env else None)
+    p = Path(path) if path is not None else default_path()
+    if p.is_dir():
+        inside = p / FILE_NAME
+        if inside.is_file():
+            return inside
+        raise LoCoMoNotFoundError(f"LoCoMo: {where or p} is a directory; expected {inside} (the file itself, or a "
+                                  f"folder holding it). {WHERE_TO_GET}.", explicit)
+    if not p.is_file():
+        what = f"{where} (no such file)" if where else str(p)
+        fix = ("Fix the path (or unset $MAGS_LOCOMO to use the default place)" if path is None and env
+               else "Fix the path" if explicit else "")
+        raise LoCoMoNotFoundError(f"LoCoMo file not found at {what}. {fix + '. ' if fix else ''}{WHERE_TO_GET}.",
+                                  explicit)
+    return p
 
 
 # ------------------------------------------------------------------------------------------------
@@ -341,18 +384,17 @@ def load_locomo(path: str | Path | None = None) -> LoCoMo:
     Parameters
     ----------
     path : str or Path, optional
-        The file; default :func:`default_path`.
+        The file, or a folder holding ``locomo10.json``; default :func:`default_path`.
 
     Raises
     ------
-    FileNotFoundError
-        When the file is absent, saying where to get it.
+    LoCoMoNotFoundError
+        A :class:`FileNotFoundError`, when the file is absent, saying where to get it; its ``explicit``
+        says whether the place was asked for (``path`` given, or ``$MAGS_LOCOMO`` set).
     LoCoMoFormatError
         When it is not LoCoMo (the message names the conversation, the key and the value).
     """
-    path = Path(path) if path is not None else default_path()
-    if not path.is_file():
-        raise FileNotFoundError(f"LoCoMo file not found at {path}. {WHERE_TO_GET}.")
+    path = _resolve_path(path)
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as e:
@@ -429,8 +471,12 @@ def _conversation(path: Path, i: int, raw: object, q: _Quirks) -> Conversation:
             position += 1
         sessions.append(Session(number=n, date=date, date_text=date_text, turns=tuple(turns)))
     _require(bool(sessions), where, "no session with turns")
-    qa_raw = raw.get("qa", [])
-    _require(isinstance(qa_raw, list), where, "'qa' is not a list")
+    _require("qa" in raw, where, f"no 'qa' list of questions (its keys: {', '.join(sorted(map(str, raw)))}); "
+             "LoCoMo's conversations each hold one: is the key misspelt?")
+    qa_raw = raw["qa"]
+    _require(isinstance(qa_raw, list), where, f"'qa' is not a list of questions: {type(qa_raw).__name__}")
+    if not qa_raw:
+        q.add("conversations_without_questions", sample_id)
     questions = [_question(where, sample_id, k, item, seen, q) for k, item in enumerate(qa_raw)]
     return Conversation(sample_id=sample_id, speaker_a=conv["speaker_a"], speaker_b=conv["speaker_b"],
                         sessions=tuple(sessions), questions=tuple(questions))
@@ -441,7 +487,8 @@ def _question(where: str, sample_id: str, k: int, item: object, turn_ids: set[st
     _require(isinstance(item, dict), qw, f"expected an object, got {type(item).__name__}")
     _require(isinstance(item.get("question"), str) and item["question"].strip() != "", qw, "no question text")
     cat = item.get("category")
-    _require(cat in CATEGORIES, qw, f"category must be one of {sorted(CATEGORIES)}, got {cat!r}")
+    _require(not isinstance(cat, bool) and cat in CATEGORIES, qw,
+             f"category must be one of {sorted(CATEGORIES)}, got {cat!r}")
     ev_raw = item.get("evidence", [])
     _require(isinstance(ev_raw, list), qw, f"'evidence' is not a list: {ev_raw!r}")
     tag = f"{sample_id} qa {k}"
@@ -474,6 +521,10 @@ def _question(where: str, sample_id: str, k: int, item: object, turn_ids: set[st
     adv = item.get("adversarial_answer")
     adv = None if adv is None else str(adv)
     if cat == 5:
+        if answer is None and adv is None:
+            raise LoCoMoFormatError(f"{qw}: category-5 (adversarial) question with neither 'adversarial_answer' "
+                                    "nor 'answer': nothing to offer as the wrong option; add its "
+                                    "'adversarial_answer' or drop the question")
         if answer is None:
             q.add("category5_adversarial_answer_only", tag)
         else:
@@ -505,6 +556,12 @@ def evidence_recall(evidence: Iterable[str], retrieved_sources: Sequence[Iterabl
     float or None
         ``None`` when the question has no evidence (nothing to find: excluded from averages).
 
+    Raises
+    ------
+    TypeError
+        When ``evidence``, or an entry of ``retrieved_sources``, is a str (its characters would be
+        taken for ids).
+
     Examples
     --------
     >>> evidence_recall(["D1:3", "D2:1"], [["D1:3"], ["D5:5"], ["D2:1"]], k=2)
@@ -516,11 +573,20 @@ def evidence_recall(evidence: Iterable[str], retrieved_sources: Sequence[Iterabl
     """
     if int(k) < 1:
         raise ValueError(f"k must be >= 1, got {k}")
+    if isinstance(evidence, str):
+        raise TypeError(f"evidence must be a list of dia_ids, e.g. ['D1:3'], not the str {evidence!r} "
+                        "(its characters would be taken for ids)")
+    retrieved_sources = list(retrieved_sources)
+    for i, sources in enumerate(retrieved_sources):
+        if isinstance(sources, str):
+            raise TypeError(f"retrieved_sources must hold one list of source ids per retrieved item, e.g. "
+                            f"[['D1:3'], ['D2:1']]; item {i} is the str {sources!r} (its characters would be taken "
+                            "for ids): wrap each item's ids in a list")
     ev = set(evidence)
     if not ev:
         return None
     found: set[str] = set()
-    for sources in list(retrieved_sources)[: int(k)]:
+    for sources in retrieved_sources[: int(k)]:
         found.update(sources)
     return len(ev & found) / len(ev)
 

@@ -37,7 +37,8 @@ run resumes where it stopped):
 3. per question and retriever: evidence recall@k for each k (:func:`~.locomo.evidence_recall`;
    one search call per k, since a memory's top 5 need not be its top 10's prefix), the latency of
    the ``latency_k`` call, and the memory tokens of the top ``latency_k`` items formatted as the
-   reader's memory block (:func:`mags_lib.protocol.format_facts`, unbudgeted) with the answer
+   reader's memory block (:func:`mags_lib.protocol.format_facts`, unbudgeted; a MAGS memory's items as
+   its reader is shown them, :func:`reader_memory_block`: dated, with the speaker) with the answer
    model's tokenizer;
 4. **evidence survival**: an evidence turn (a dia_id some selected question cites) *survives* when,
    at the end of ingestion, the memory still holds an alive episode with that source or an alive,
@@ -59,6 +60,7 @@ import inspect
 import json
 import math
 import os
+import re
 import sys
 import time
 from collections import Counter
@@ -82,7 +84,7 @@ from .locomo import (
     normalize_answer,
     qa_score,
 )
-from .retrieval import BM25Retriever, DenseRetriever, Doc, MAGSRetriever, RRFRetriever
+from .retrieval import BM25Retriever, DenseRetriever, Doc, Hit, MAGSRetriever, RRFRetriever
 
 __all__ = [
     "PROFILES",
@@ -97,6 +99,7 @@ __all__ = [
     "mags_recall_latency",
     "map_cat5_reply",
     "memory_modes_available",
+    "reader_memory_block",
     "reader_question",
     "run_benchmark",
     "select_questions",
@@ -150,6 +153,10 @@ PROFILES: dict[str, dict[str, Any]] = {
 }
 
 
+_TUPLE_FIELDS = ("conversations", "ks", "extra_embedders", "bm25_extra_stopwords", "mags_writes", "qa_systems",
+                 "recall_variants")
+
+
 # ------------------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class LoCoMoBenchConfig:
@@ -179,6 +186,10 @@ class LoCoMoBenchConfig:
     recall_variants: tuple[str, ...] = ()  # RECALL_VARIANTS also evaluated on each MAGS memory (same memory)
 
     def __post_init__(self) -> None:
+        for name in _TUPLE_FIELDS:
+            v = getattr(self, name)
+            if isinstance(v, (str, bytes)):  # tuple("conv-26") would be its characters
+                raise TypeError(f"{name} takes a tuple, got the str {v!r}: pass a tuple, e.g. {name}=({v!r},)")
         object.__setattr__(self, "conversations", tuple(self.conversations))
         object.__setattr__(self, "ks", tuple(sorted({int(k) for k in self.ks})))
         object.__setattr__(self, "extra_embedders", tuple(self.extra_embedders))
@@ -274,14 +285,16 @@ def turn_docs(conv: Conversation) -> list[Doc]:
 def evaluate_retriever(retriever: Any, questions: Sequence[Question], *, ks: Sequence[int] = (5, 10, 25),
                        latency_k: int = 10, token_counter: Callable[[str], int] | None = None,
                        label: str | None = None, extra: dict | None = None,
-                       before_timed: Callable[[str], None] | None = None) -> list[dict]:
+                       before_timed: Callable[[str], None] | None = None,
+                       memory_block: Callable[[Sequence[Any]], str] | None = None) -> list[dict]:
     """Evidence recall@k, latency and memory tokens of a fitted retriever, one row per question.
 
     For each question the retriever is searched once per k (the ``latency_k`` call first, timed).
-    ``token_counter`` counts the tokens of the memory block (:func:`mags_lib.protocol.format_facts`)
-    made of the top ``latency_k`` hits; omitted, the tokens are not counted. ``before_timed(query)``
-    runs before the timed call (the runner uses it to drop the query from the embedders' caches, so
-    every timed call pays for its query embedding).
+    ``token_counter`` counts the tokens of the memory block made of the top ``latency_k`` hits:
+    ``memory_block(hits)``, by default :func:`mags_lib.protocol.format_facts` of the hits' texts (a
+    MAGS memory passes :func:`reader_memory_block`'s, the lines its reader is shown); omitted, the
+    tokens are not counted. ``before_timed(query)`` runs before the timed call (the runner uses it to
+    drop the query from the embedders' caches, so every timed call pays for its query embedding).
     """
     from ..protocol import format_facts
 
@@ -302,7 +315,8 @@ def evaluate_retriever(retriever: Any, questions: Sequence[Question], *, ks: Seq
         top = hits_by_k[latency_k]
         row = {"retriever": label or retriever.name, "sample_id": q.sample_id, "question": q.index,
                "category": q.category, "n_evidence": len(q.evidence), "latency_s": seconds,
-               "memory_tokens": token_counter(format_facts([h.text for h in top])) if token_counter else None,
+               "memory_tokens": (token_counter(memory_block(top) if memory_block is not None
+                                               else format_facts([h.text for h in top])) if token_counter else None),
                "sources_per_item": float(np.mean([len(h.sources) for h in top])) if top else 0.0,
                "items": len(top)}
         for k in ks:
@@ -310,6 +324,54 @@ def evaluate_retriever(retriever: Any, questions: Sequence[Question], *, ks: Seq
         row.update(extra or {})
         rows.append(row)
     return rows
+
+
+@dataclass(frozen=True)
+class _ItemHit(Hit):
+    """A MAGS hit that keeps its recall item (for the lines the reader is shown of it)."""
+
+    item: Any = None
+
+
+class _ReaderMAGSRetriever(MAGSRetriever):
+    """:class:`~.retrieval.MAGSRetriever` whose hits keep their recall items, so the memory tokens count
+    the block the reader is shown (:func:`reader_memory_block`)."""
+
+    def search(self, query: str, k: int) -> list[Hit]:
+        if self.config is None:
+            items = self.mags.recall(query, k=int(k))
+        else:  # a recall ablation (a RecallConfig) on the same memory
+            items = self.mags.graph.recall(query, k=int(k), config=self.config).items
+        return [_ItemHit(it.text, float(it.score), tuple(it.sources), it) for it in items]
+
+    def memory_block(self, hits: Sequence[Any]) -> str:
+        return reader_memory_block(self.mags, [h.item for h in hits])
+
+
+def reader_memory_block(mags: Any, items: Sequence[Any]) -> str:
+    """The memory block a MAGS reader is shown for these recall items, unbudgeted: as :meth:`MAGS.ask`
+    builds it (:meth:`MAGS.pack_facts` then :meth:`MAGS.in_time_order`): each item rendered by
+    :meth:`MAGS.render_item` (date, speaker, ``no longer true``), empty items and repeated lines left out,
+    dated lines oldest first, formatted by :func:`mags_lib.protocol.format_facts`. Only the token budget
+    is not applied (the harness reports the memory of the top ``latency_k`` items), and no model is loaded.
+    """
+    from ..protocol import format_facts, normalize_text
+
+    lines: list[str] = []
+    kept: list[Any] = []
+    seen: set[str] = set()
+    for it in items:
+        if not it.text.strip():
+            continue
+        line = mags.render_item(it)
+        key = normalize_text(line)
+        if key in seen:
+            continue
+        seen.add(key)
+        lines.append(line)
+        kept.append(it)
+    lines, _, _ = mags.in_time_order(lines, 0, kept)
+    return format_facts(lines)
 
 
 def mags_recall_latency(mags: Any, questions: Sequence[Question], k: int = 10, config: Any = None) -> list[float]:
@@ -458,7 +520,10 @@ def reader_question(q: Question, seed: int = 0) -> tuple[str, dict[str, str] | N
         return q.question + CAT2_SUFFIX, None
     if q.category != 5:
         return q.question, None
-    wrong = q.adversarial_answer or q.answer or "Yes"
+    wrong = q.adversarial_answer or q.answer
+    if not wrong:  # the loader refuses such a question; one made by hand gets no invented option
+        raise ValueError(f"{q.key}: a category-5 question needs its adversarial_answer (or answer) as the wrong "
+                         "option; it has neither")
     h = int(hashlib.sha256(f"{seed}:{q.key}".encode()).hexdigest(), 16)
     opts = {"a": CAT5_NOT_MENTIONED, "b": wrong} if h % 2 == 0 else {"a": wrong, "b": CAT5_NOT_MENTIONED}
     return CAT5_TEMPLATE.format(question=q.question, a=opts["a"], b=opts["b"]), opts
@@ -471,7 +536,11 @@ def map_cat5_reply(reply: str, options: dict[str, str], abstain: str | None = No
     text; the reader's own abstention sentence (``abstain``, the protocol's "not in my memory"
     reply, compared after LoCoMo's normalisation: case, punctuation) or any other abstention
     (:func:`mags_lib.protocol.abstains`, the one list every scorer uses) becomes "Not mentioned in
-    the conversation"; anything else is kept as it is.
+    the conversation" -- unless the reply also names the other (adversarial) option, by its letter
+    (``"(b)"``, ``"b)"``, a lone ``"b"``; for ``"a"``, which is also a word, only ``"(a)"``, ``"a)"`` or an
+    opening ``"a."`` / ``"a:"``) or by its text (:func:`mags_lib.protocol.matching_alias`: not inside an
+    abstention phrase, not denied): a reply that picks the wrong option and hedges ("(b) Yes, but I am
+    not sure.") is kept as it is, and scores 0 as in LoCoMo; anything else is kept as it is.
 
     >>> opts = {"a": "Yes", "b": "Not mentioned in the conversation"}
     >>> map_cat5_reply("(b)", opts), map_cat5_reply("a", opts), map_cat5_reply("Maybe", opts)
@@ -480,13 +549,35 @@ def map_cat5_reply(reply: str, options: dict[str, str], abstain: str | None = No
     'Not mentioned in the conversation'
     >>> map_cat5_reply("i don't know: that is not in my memory", opts, abstain="I don't know: that is not in my memory.")
     'Not mentioned in the conversation'
+    >>> map_cat5_reply("(a) Yes, but I am not sure.", opts, abstain="I don't know.")
+    '(a) Yes, but I am not sure.'
     """
     r = reply.strip().lower().rstrip(".")
     if r in ("a", "(a)", "b", "(b)"):
         return options[r.strip("()")]
     if abstain and (normalize_answer(reply) == normalize_answer(abstain) or abstains(reply)):
+        if normalize_answer(reply) != normalize_answer(abstain) and _names_adversarial_option(reply, options):
+            return reply  # picks the wrong option and hedges: not an abstention
         return CAT5_NOT_MENTIONED
     return reply
+
+
+def _names_adversarial_option(reply: str, options: Mapping[str, str]) -> bool:
+    """Whether ``reply`` names the option that is not "Not mentioned in the conversation": its letter
+    (``(b)``, ``b)``, a lone ``b``; ``a`` only as ``(a)``, ``a)`` or an opening ``a.`` / ``a:``, the article
+    aside) or its text, as :func:`mags_lib.protocol.matching_alias` finds it (outside abstention phrases)."""
+    from ..protocol import matching_alias
+
+    low = reply.strip().lower()
+    for letter, text in options.items():
+        if text == CAT5_NOT_MENTIONED:
+            continue
+        x = re.escape(letter)
+        pattern = (rf"\(\s*{x}\s*\)|(?<![\w'’]){x}\)|^{x}\s*[.:]" if letter == "a"
+                   else rf"\(\s*{x}\s*\)|(?<![\w'’]){x}(?![\w'’])")
+        if re.search(pattern, low) or matching_alias(reply, [text]) is not None:
+            return True
+    return False
 
 
 def answer_questions(mags: Any, questions: Sequence[Question], *, system: str, seed: int = 0,
@@ -680,7 +771,8 @@ def _conv_hash(conv: Conversation) -> str:
     for t in conv.turns:
         h.update(f"{t.dia_id}\x00{t.render()}\x00{t.time.isoformat()}\x01".encode())
     for q in conv.questions:
-        h.update(f"{q.index}\x00{q.question}\x00{q.answer}\x00{q.evidence}\x01".encode())
+        h.update(f"{q.index}\x00{q.question}\x00{q.answer}\x00{q.evidence}\x00{q.category}\x00"
+                 f"{q.adversarial_answer}\x01".encode())
     return h.hexdigest()[:16]
 
 
@@ -965,15 +1057,19 @@ def run_benchmark(data: LoCoMo, config: LoCoMoBenchConfig, *, out_dir: str | Pat
                 m = make_mags()
                 mb = build_memory(m, conv, write=write, evidence=evidence, progress=progress)
                 extra = {"write": write, "speaker_mode": mb.speaker_mode, "embedder": cfg.embedder}
-                rows = evaluate_retriever(MAGSRetriever(m, name=label), conv.questions, ks=cfg.ks,
-                                          latency_k=cfg.latency_k, token_counter=token_counter, before_timed=evict, extra=extra)
+                retr = _ReaderMAGSRetriever(m, name=label)
+                rows = evaluate_retriever(retr, conv.questions, ks=cfg.ks, latency_k=cfg.latency_k,
+                                          token_counter=token_counter, before_timed=evict, extra=extra,
+                                          memory_block=retr.memory_block)
                 variants = [(label, None)]
                 for vname in cfg.recall_variants:
                     vcfg = dataclasses.replace(m.graph.config.recall, **RECALL_VARIANTS[vname])
                     variants.append((f"{label} [{vname}]", vcfg))
-                    rows += evaluate_retriever(MAGSRetriever(m, name=variants[-1][0], config=vcfg), conv.questions,
-                                               ks=cfg.ks, latency_k=cfg.latency_k, token_counter=token_counter,
-                                               before_timed=evict, extra={**extra, "recall_variant": vname})
+                    retr = _ReaderMAGSRetriever(m, name=variants[-1][0], config=vcfg)
+                    rows += evaluate_retriever(retr, conv.questions, ks=cfg.ks, latency_k=cfg.latency_k,
+                                               token_counter=token_counter, before_timed=evict,
+                                               extra={**extra, "recall_variant": vname},
+                                               memory_block=retr.memory_block)
                 for vlabel, vcfg in variants:  # the recall alone, query embedding given
                     secs = iter(mags_recall_latency(m, conv.questions, cfg.latency_k, vcfg))
                     for r in rows:
@@ -1040,7 +1136,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     from .locomo import load_locomo
 
     p = argparse.ArgumentParser(prog="python -m mags_lib.bench.locomo_eval", description=__doc__.split("\n")[0])
-    p.add_argument("--data", default=None, help="path of locomo10.json (default ../shared/data/locomo/)")
+    p.add_argument("--data", default=None,
+                   help="the file locomo10.json, or a folder holding it (default $MAGS_LOCOMO, else "
+                        "../shared/data/locomo/locomo10.json beside the project; absent there: skipped)")
     p.add_argument("--profile", choices=sorted(PROFILES), default="default")
     p.add_argument("--run-tag", default=None, help="results/<run_tag>/70_locomo_benchmark/ (default: profile)")
     p.add_argument("--out", default=None, help="output folder (overrides --run-tag)")
@@ -1082,8 +1180,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         data = load_locomo(a.data)
     except FileNotFoundError as e:
-        if a.data is not None:  # a path asked for and missing is a mistake, not an optional input left out
+        # a path asked for (--data, or $MAGS_LOCOMO set) and missing is a mistake, not an optional input left out
+        if a.data is not None:
             p.error(f"--data: {e}")
+        if getattr(e, "explicit", False) or os.environ.get("MAGS_LOCOMO"):
+            p.error(f"$MAGS_LOCOMO: {e}")
         print(f"skipped: {e}", file=sys.stderr)
         return 0
     over: dict[str, Any] = {"seed": a.seed, "n_threads": a.threads, "mags_writes": tuple(a.writes.split(","))}
