@@ -208,3 +208,102 @@ def test_build_all_refuses_an_unknown_profile_and_a_seed_its_config_overrides(tm
     assert not (tmp_path / "processed").exists() and not any(tmp_path.iterdir())
     with pytest.raises(TypeError, match="pair of integers"):
         WorldConfig(species=(2.5, 4))  # drew 2 species
+
+
+def _pronoun_after_other_lead(world, text: str, tids: list[str], subjects: list[str]) -> bool:
+    """Whether a sentence opening with a pronoun follows one its (same) subject does not open alone."""
+    import re
+
+    from mags_lib.data.templates import CONNECTIVES, RELATIONS_BY_KEY
+
+    def _subject_led(rel, tid):  # the template opens with its subject alone
+        text = rel.statements[int(tid.rsplit(".s", 1)[1])]
+        return text.startswith("{S}") and not text.startswith("{S} and {O}")
+
+    sents = re.split(r"(?<=[.?!]) +", text)
+    assert len(sents) == len(tids), (text, tids)
+    for i in range(1, len(sents)):
+        s = sents[i]
+        for c in sorted(filter(None, CONNECTIVES), key=len, reverse=True):
+            if s.startswith(c):
+                s = s[len(c):]
+                break
+        prev_rel = RELATIONS_BY_KEY[tids[i - 1].rsplit(".s", 1)[0]]
+        if (s.split()[0].lower() in {"they", "she", "he", "it"} and subjects[i] == subjects[i - 1]
+                and not _subject_led(prev_rel, tids[i - 1])):
+            return True
+    return False
+
+
+def test_a_pronoun_follows_only_a_sentence_its_subject_opens():
+    # "Flojouits prey on kloolixes. Another thing: they run away from loud clocks." with the gold
+    # (kloolixes, are afraid of, loud clocks): 14 of 982 default write/multi rows and 14 of 834 ask/mixed rows
+    from mags_lib.data.render import _a_mixed, _Skip, _w_multi
+
+    bad = checked = 0
+    for w_i, world in enumerate(generate_worlds(40, seed=7)):
+        for k in range(25):
+            rng = np.random.default_rng([w_i, k])
+            try:
+                text, trips, tids = _w_multi(world, rng)
+            except (_Skip, LookupError):
+                continue
+            checked += 1
+            bad += _pronoun_after_other_lead(world, text, tids, [t[0] for t in trips])
+            try:
+                text, _, asked, tids = _a_mixed(world, np.random.default_rng([w_i, k, 1]))
+            except (_Skip, LookupError):
+                continue
+            checked += 1
+            subj = asked[0].subject
+            bad += _pronoun_after_other_lead(world, text, tids, [subj] * len(tids))
+    assert checked > 1000 and bad == 0
+
+
+def test_no_unanswerable_row_is_answered_by_a_reverse_symmetric_fact():
+    # "Does Leneabathia have a brother or sister?" (gold: not in memory) beside "Bian: My sibling is called
+    # Leneabathia." -- the answer, said in the first person
+    from mags_lib.data.answer import _k_unanswerable
+
+    w = _sibling_world()
+    w.facts.append(Fact("Trosnuia", "sibling", "has sibling", "Baisis"))  # the answer's own fact, backwards
+
+    class Clock:
+        dated = False
+
+        def at(self, t):
+            return None
+
+    asked = Fact("Baisis", "sibling", "has sibling", "Trosnuia")
+    for seed in range(200):
+        rng = np.random.default_rng(seed)
+        try:
+            q, answer, _, items, _ = _k_unanswerable(w, rng, Clock())
+        except Exception:  # a draw without a usable distractor
+            continue
+        if "Baisis" not in q or "sibling" not in q.lower() and "brother" not in q.lower():
+            continue
+        said = " ".join(f"{it['speaker'] or ''}: {it['text']}" for it in items)
+        assert "Trosnuia" not in said and "Snabroel" not in said, (q, items)
+
+
+def test_outcome_questions_accept_every_value_a_symmetric_fact_gives():
+    # "Does Stathiwan have a brother or sister?" accepted only Blochaimixo with "Zhasia and Stathiwan are siblings"
+    # in the scenario too: 7 of 590 ask questions (n=400, 300 worlds) had a second right answer scored wrong
+    import json
+
+    from mags_lib.data import outcome
+
+    sym = {"has sibling", "is near"}
+    rows = outcome.build_outcome_rows(OutcomeConfig(n=400, worlds=300, roles=("ask",)), progress=False)["ask"]
+    second, widened = 0, 0
+    for r in rows:
+        sc = json.loads(r["scenario"])
+        for q in sc["questions"]:
+            s, label, o = q["needs"]
+            if label not in sym:
+                continue
+            others = {y if x == s else x for x, lab, y in map(tuple, sc["memory"]) if lab == label and s in (x, y)}
+            second += bool(others - {o, s} - set(q["aliases"]))
+            widened += len(q["aliases"]) > 1
+    assert second == 0 and widened > 0

@@ -135,6 +135,12 @@ def _also_answers(asked: Fact, other: Fact) -> bool:
             and other.subject != asked.object)
 
 
+def _reverse_of(asked: Fact, other: Fact) -> bool:
+    """Whether ``other`` is a fact of ``asked``'s symmetric relation about ``asked``'s subject read backwards
+    (whatever its value): it answers the question about ``asked``."""
+    return other.relation == asked.relation and other.relation in _SYMMETRIC and other.object == asked.subject
+
+
 def _distractors(world: World, rng, exclude: set, n: int, *, prefer_subject: str | None = None,
                  prefer_relation: str | None = None) -> list[Fact]:
     """``n`` facts of ``world`` whose (subject, relation) is not in ``exclude``; half of them (when
@@ -307,9 +313,11 @@ def _k_unanswerable(world, rng, clock):
         raise _Skip("no distractor")
     # no item may carry the answer's words (a sentence about another fact could mention it)
     items = [_as_item(world, d, rng, clock, int(rng.integers(0, 240)), tids=tids) for d in dis]
-    # nor answer it with another value (a symmetric relation read backwards)
-    items = [it for it, d in zip(items, dis) if not _also_answers(f, d)
-             and protocol.normalize_text(f.object) not in protocol.normalize_text(it["text"])]
+    # nor answer it at all: a symmetric relation read backwards gives another value or, said in the first person
+    # by the answer itself ("Bian: My sibling is called Leneabathia."), the same one, whose name is the speaker
+    items = [it for it, d in zip(items, dis) if not _reverse_of(f, d)
+             and not any(protocol.normalize_text(f.object) in protocol.normalize_text(it.get(k) or "")
+                         for k in ("text", "speaker"))]
     if not items:
         raise _Skip("every distractor mentions or gives the answer")
     return q, None, [], items, tids

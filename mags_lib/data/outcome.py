@@ -144,6 +144,25 @@ def _questions(world: World, gold: Sequence[Sequence[str]], rng, max_questions: 
     return out
 
 
+def _add_reverse_answers(world: World, questions: list[dict], known: Sequence[Sequence[str]]) -> None:
+    """Extend each question's aliases with the other values a symmetric relation gives its subject in ``known``
+    (the scenario's memory and gold facts): with "Zhasia and Stathiwan are siblings" beside the gold
+    "Stathiwan and Blochaimixo are siblings", "Does Stathiwan have a brother or sister?" has two right answers."""
+    from .answer import _SYMMETRIC
+
+    key_of = {r.label: r.key for r in RELATIONS_BY_KEY.values()}
+    for q in questions:
+        s, label, _ = q["needs"]
+        key = _relation_key(world, s, label)
+        if key not in _SYMMETRIC:
+            continue
+        for x, lab, y in known:
+            if key_of.get(lab) == key and s in (x, y):
+                other = y if x == s else x
+                if other != s and other not in q["aliases"]:
+                    q["aliases"].append(other)
+
+
 def _write_prior(world: World, gold: Sequence[Sequence[str]], size: int, rng) -> list[list[str]]:
     gold_t = {tuple(t) for t in gold}
     slots = {(t[0], t[1]) for t in gold}
@@ -197,6 +216,7 @@ def build_outcome_rows(config: OutcomeConfig | None = None, *, worlds: Sequence[
                 continue
             memory = (_write_prior(world, ex["gold_facts"], cfg.memory_size, rng) if role == "write"
                       else [list(t) for t in ex["context"]])
+            _add_reverse_answers(world, qs, [*memory, *ex["gold_facts"]])
             seen.add(ex["input"])
             ex["scenario"] = json.dumps({"memory": memory, "questions": qs, "world_id": world.world_id})
             ex["id"] = f"outcome-{role}-{split}-{len(rows):06d}"

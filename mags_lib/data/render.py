@@ -188,6 +188,14 @@ def _statement(rel: Relation, subj: str, obj: str, rng, *, pronoun: str | None =
     return sentence_case(_fix(rel.statements[j].format(S=subj, O=obj))), f"{rel.key}.s{j}"
 
 
+def _subject_led(rel: Relation, tid: str) -> bool:
+    """Whether statement template ``tid`` (``"<rel>.s<j>"``) opens with its subject alone: only after such a
+    sentence does a pronoun name that subject ("Flojouits prey on kloolixes. They run away from clocks." reads as
+    the flojouits)."""
+    text = rel.statements[int(tid.rsplit(".s", 1)[1])]
+    return text.startswith("{S}") and not text.startswith("{S} and {O}")  # "she and Snijiman are ...": two people
+
+
 def _question(rel: Relation, subj: str, rng, *, pronoun: str | None = None) -> tuple[str, str]:
     j = _idx(rng, rel.questions)
     text = rel.questions[j]
@@ -312,11 +320,12 @@ def _w_multi(world, rng):
     sents, trips, tids, prev = [], [], [], None
     for f in chosen:
         pron = _pronoun(world, f.subject) if f.subject == prev and rng.random() < 0.7 else None
-        s, tid = _statement(RELATIONS_BY_KEY[f.relation], f.subject, f.object, rng, pronoun=pron)
+        rel = RELATIONS_BY_KEY[f.relation]
+        s, tid = _statement(rel, f.subject, f.object, rng, pronoun=pron)
         sents.append(s)
         trips.append(f.triplet)
         tids.append(tid)
-        prev = f.subject
+        prev = f.subject if _subject_led(rel, tid) else None  # after "{O} prey on {S}." no pronoun for S
     return _join(sents, rng, world), trips, tids
 
 
@@ -523,14 +532,16 @@ def _a_mixed(world, rng):
     idx = rng.choice(len(facts), size=min(len(facts), int(rng.integers(2, 4))), replace=False)
     chosen = [facts[i] for i in idx]
     asked = chosen[-1]
-    sents, tids = [], []
-    for k, f in enumerate(chosen[:-1]):
-        pron = _pronoun(world, subj) if k else None
-        s, tid = _statement(RELATIONS_BY_KEY[f.relation], f.subject, f.object, rng, pronoun=pron)
+    sents, tids, led = [], [], False
+    for f in chosen[:-1]:
+        pron = _pronoun(world, subj) if led else None  # a pronoun only after a sentence its subject opens
+        rel = RELATIONS_BY_KEY[f.relation]
+        s, tid = _statement(rel, f.subject, f.object, rng, pronoun=pron)
         sents.append(s)
         tids.append(tid)
+        led = _subject_led(rel, tid)
     rel = RELATIONS_BY_KEY[asked.relation]
-    q, qid = _question(rel, subj, rng, pronoun=_pronoun(world, subj))
+    q, qid = _question(rel, subj, rng, pronoun=_pronoun(world, subj) if led else None)
     return " ".join(sents + [q]), [_query(rel, subj)], [asked], tids + [qid]
 
 

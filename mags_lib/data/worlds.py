@@ -40,11 +40,14 @@ __all__ = [
     "generate_worlds",
 ]
 
-GENERATOR_VERSION = "1.4.2"  # 1.3.0: answer memory blocks list dated items oldest first
+GENERATOR_VERSION = "1.4.3"  # 1.3.0: answer memory blocks list dated items oldest first
 # 1.4.0: no input repeats across splits (noise); a symmetric fact read backwards is no answer distractor
 # 1.4.1: nor a second first hop of a multihop question (it made a second chain, with another answer)
 # 1.4.2: nor a second answer to the second hop ("Staquie Marsh is near Zubrand Bridge" beside the gold "Zubrand
 #        Bridge is near Kroork Crossing": 23 of 570 default multihop rows had two right answers, one accepted)
+# 1.4.3: a pronoun only after a sentence its subject opens ("Flojouits prey on kloolixes. They run away from
+#        loud clocks." meant the kloolixes: 14 of 982 write/multi and 14 of 834 ask/mixed rows); no unanswerable
+#        row keeps a symmetric fact read backwards, nor an item its answer says in the first person
 
 _ONSETS = ("b", "bl", "br", "d", "dr", "f", "fl", "g", "gl", "gr", "k", "kl", "kr", "l", "m", "n",
            "p", "pl", "pr", "qu", "r", "s", "sk", "sn", "sp", "st", "t", "tr", "v", "z", "zh", "th",
