@@ -240,3 +240,61 @@ def test_no_singular_is_made_of_a_word_that_is_not_a_plural(value):
     from mags_lib.game.generate import _aliases
 
     assert _aliases(value, SimpleNamespace(entities=[])) == [value]
+
+
+def test_no_question_has_a_second_right_answer_through_a_two_way_fact():
+    """"Pazhigoorna and Gloreania are siblings." ... "Jielta is the sibling of Gloreania.": "Who is the sibling of
+    Gloreania?" accepts Pazhigoorna too; "What is close to the town where Flythiexo lives?" accepts every place
+    said to be near that town (an audit found 13 recall/retention questions and 1 multihop question over seeds
+    0-2 that accepted one right answer only). Each question is replayed against the facts that hold when it is
+    asked, two-way facts read backwards ("X are always at war with Y" reads both ways, "Y prey on X" does not)."""
+    from mags_lib.data import templates as TT
+
+    by_label = {r.label: r for r in TT.RELATIONS}
+
+    def values(sc, held, subj, rel):
+        out = {h.object for h in held if h.subject == subj and h.relation == rel}
+        r = by_label[rel]
+        for h in held:
+            if h.object == subj and h.relation == rel and r.values == r.subject_type and (
+                    r.key in ("sibling", "near") or "at war with" in sc.events[h.stated].text):
+                out.add(h.subject)
+        return out
+
+    seen = {"recall": 0, "retention": 0, "multihop": 0}
+    for seed in (0, 1):
+        for sc in generate_scenarios(generator_config("default", seed=seed, n_scenarios=200)):
+            for i, e in sc.asks:
+                if e.kind not in seen:
+                    continue
+                seen[e.kind] += 1
+                held = [g for g in sc.gold if g.stated < i and (g.superseded is None or g.superseded > i)]
+                asked = [g for g in held if g.stated == i - e.distance and is_correct(g.object, e.answer)]
+                if e.kind == "multihop":  # every entity the descriptor names, and their values
+                    hops = [(h, g) for g in asked for h in held if h.object == g.subject
+                            and by_label[h.relation].descriptor
+                            and by_label[h.relation].descriptor.format(S=h.subject).lower() in e.text.lower()]
+                    assert hops, (sc.name, e.text)
+                    f1, g = hops[0]
+                    right = set().union(*(values(sc, held, y, g.relation)
+                                          for y in values(sc, held, f1.subject, f1.relation)))
+                else:
+                    right = values(sc, held, asked[0].subject, asked[0].relation)
+                missed = sorted(v for v in right if not is_correct(v, e.answer))
+                assert not missed, (seed, sc.name, e.kind, e.text, e.answer, missed)
+                if (seed, sc.name, e.text) in {(0, "town_0155", "Who is the sibling of Gloreania?"),
+                                               (1, "town_0131", "What is close to the town where Flythiexo lives?")}:
+                    assert len(right) == 2 and e.answer[0] in {"Jielta", "Giply Vale"}  # the fact asked comes first
+    assert seen["recall"] >= 800 and seen["retention"] >= 900 and seen["multihop"] >= 399
+
+
+@pytest.mark.parametrize("key, template, both", [
+    ("sibling", "{O} is the sibling of {S}.", True), ("near", "{S} lies close to {O}.", True),
+    ("enemy", "{S} are always at war with {O}.", True), ("enemy", "{O} prey on {S}.", False),
+    ("home", "{S} lives in {O}.", False),
+])
+def test_which_statements_read_both_ways(key, template, both):
+    from mags_lib.data import templates as TT
+    from mags_lib.game.generate import _reads_both_ways
+
+    assert _reads_both_ways(TT.RELATIONS_BY_KEY[key], template) is both

@@ -206,9 +206,28 @@ def _pick(rng: np.random.Generator, seq):
     return seq[int(rng.integers(len(seq)))]
 
 
-def _statement(rel: T.Relation, subj: str, obj: str, rng, *, first_person: bool = False) -> str:
+def _statement_template(rel: T.Relation, rng, *, first_person: bool = False) -> str:
     pool = rel.first_person if first_person and rel.first_person else rel.statements
-    return T.sentence_case(_fix(_pick(rng, pool).format(S=subj, O=obj)))
+    return _pick(rng, pool)
+
+
+def _statement(rel: T.Relation, subj: str, obj: str, rng, *, first_person: bool = False,
+               template: str | None = None) -> str:
+    tpl = template if template is not None else _statement_template(rel, rng, first_person=first_person)
+    return T.sentence_case(_fix(tpl.format(S=subj, O=obj)))
+
+
+# Relations whose every statement reads both ways ("A and B are siblings": B is a sibling of A and A one of B;
+# "A is near B"), as in mags_lib.data.answer; and the phrasings that make another relation between two entities
+# of one type read both ways only as said ("X are always at war with Y" does, "Y prey on X" does not)
+_BOTH_WAYS = frozenset({"sibling", "near"})
+_BOTH_WAYS_PHRASES = ("at war with",)
+
+
+def _reads_both_ways(rel: T.Relation, template: str) -> bool:
+    """Whether a statement of ``rel`` in ``template`` also states the reverse fact (object -> subject)."""
+    return rel.values == rel.subject_type and (
+        rel.key in _BOTH_WAYS or any(p in template for p in _BOTH_WAYS_PHRASES))
 
 
 def _update(rel: T.Relation, subj: str, new: str, old: str, rng, *, first_person: bool = False) -> str:
@@ -366,9 +385,14 @@ def _build(world: World, family: str, index: int, cfg: GeneratorConfig, reg: Nam
         if rng.random() < 0.5 and i1 > i2:
             order[i1], order[i2] = f2, f1
 
+    both_ways: set[Fact] = set()  # stated facts whose statement also says the reverse fact
+
     def say_fact(f: Fact) -> str:
         first = family == "persona" and f.subject == speaker
-        return _statement(rels[f.relation], f.subject, f.object, rng, first_person=first)
+        tpl = _statement_template(rels[f.relation], rng, first_person=first)
+        if _reads_both_ways(rels[f.relation], tpl):
+            both_ways.add(f)
+        return _statement(rels[f.relation], f.subject, f.object, rng, template=tpl)
 
     def filler() -> _Say:
         return _Say(_pick(rng, T.CHIT_CHAT), [], speaker)
@@ -432,19 +456,44 @@ def _build(world: World, family: str, index: int, cfg: GeneratorConfig, reg: Nam
     def stated_at(f: Fact) -> int:
         return next(k for k, s in enumerate(says) if f in s.facts)
 
+    def current_values(subj: str, relation: str, p: int) -> list[str]:
+        """Every value of ``subj``'s ``relation`` that holds right after observation ``p``, in the order said:
+        its own facts' objects, and the subjects of stated facts that read both ways with ``subj`` as object
+        ("X and A are siblings" answers "Who is the sibling of A?" with X)."""
+        held: list[Fact] = []
+        for s in says[: p + 1]:
+            for old, _new in s.changes:
+                if old in held:
+                    held.remove(old)
+            held += [h for h in s.facts if h not in held]
+        out = [h.object for h in held if h.subject == subj and h.relation == relation]
+        out += [h.subject for h in held if h.object == subj and h.relation == relation and h in both_ways]
+        return list(dict.fromkeys(out))
+
     asks: list[_Ask] = []
     used_q: set = set()
 
     def ask(f: Fact, kind: str, lo: int, hi: int, *, n_changes: int = 0, text: str | None = None,
-            answer: list | None = None, gap: int | None = None) -> bool:
+            answer: list | None = None, gap: int | None = None, via: Fact | None = None) -> bool:
+        """Ask about ``f`` (reached through the first hop ``via`` for a multihop question). Every other value
+        that holds when asked (a two-way fact read backwards) is accepted too; a multihop question whose
+        descriptor ("the sibling of A") also names another entity with a value is not asked (after its draws,
+        so that the later ones stay the same)."""
         if hi < lo:
             return False
         g = gap if gap is not None else int(rng.integers(0, min(2, hi - lo) + 1))
         if lo + g > hi:
             return False
         q = text or _question(rels[f.relation], f.subject, rng)
-        asks.append(_Ask(q, kind, answer or _aliases(f.object, world), says[lo + g], f, n_changes))
-        used_q.add((f.subject, f.relation, lo + g))
+        p = lo + g
+        if via is not None and any(current_values(y, f.relation, p)
+                                   for y in current_values(via.subject, via.relation, p) if y != via.object):
+            return False
+        if answer is None:
+            values = [f.object] + [v for v in current_values(f.subject, f.relation, p) if v != f.object]
+            answer = list(dict.fromkeys(a for v in values for a in _aliases(v, world)))
+        asks.append(_Ask(q, kind, answer, says[p], f, n_changes))
+        used_q.add((f.subject, f.relation, p))
         return True
 
     # update: after each change (the last one always, earlier ones half of the time)
@@ -464,7 +513,7 @@ def _build(world: World, family: str, index: int, cfg: GeneratorConfig, reg: Nam
         desc = rel1.descriptor.format(S=f1.subject)
         q = T.sentence_case(_fix(_pick(rng, rel2.questions).format(S=desc).replace("the the ", "the ")))
         lo = max(stated_at(f1), stated_at(f2))
-        ask(f2, "multihop", lo, min(holds_until(f1), holds_until(f2)), text=q)
+        ask(f2, "multihop", lo, min(holds_until(f1), holds_until(f2)), text=q, via=f1)
     # retention: at a chosen distance from the statement of a fact that never changes
     never = [f for f in order if f not in chains and f not in hop_facts]
     fresh = [f for f in never if f not in recalled]  # facts not asked yet first
