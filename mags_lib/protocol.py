@@ -526,7 +526,7 @@ def answer_form(response: str, aliases: Sequence[str] = (), question: str | None
     >>> answer_form("plums, lemons, caves, figs, dates", ["figs"]).strict(), answer_form("Not sure, figs?").strict()
     (False, False)
     """
-    from .graph.lexical import _stopwords
+    from .graph.lexical import stopword_set
 
     words = normalize_answer(response).split()
     absts = [span for p in _ABSTAIN_RUNS for span in _runs(words, p.split())]
@@ -539,7 +539,7 @@ def answer_form(response: str, aliases: Sequence[str] = (), question: str | None
             break
     outside = [(s, e) for s, e in absts if not any(i <= s and e <= j for i, j in spans)]
     covered = {k for s, e in spans + outside for k in range(s, e)}
-    stop = _stopwords("en_plus") | _FILLER | frozenset(normalize_answer(question or "").split())
+    stop = stopword_set("en_plus") | _FILLER | frozenset(normalize_answer(question or "").split())
     extra = tuple(w for k, w in enumerate(words) if k not in covered and w not in stop)
     return AnswerForm(alias, bool(outside), extra)
 

@@ -39,7 +39,7 @@ from functools import lru_cache
 
 import numpy as np
 
-__all__ = ["STOPWORD_LISTS", "LexicalIndex", "porter_stemmer", "text_tokens", "tokenize"]
+__all__ = ["STOPWORD_LISTS", "LexicalIndex", "porter_stemmer", "stopword_set", "text_tokens", "tokenize"]
 
 _WORD = re.compile(r"\b\w\w+\b")  # bm25s's default token pattern: words of two or more characters
 
@@ -51,7 +51,8 @@ baseline's); ``"en_plus"``, bm25s's 179-word list (NLTK's English list: also "wh
 
 
 @lru_cache(maxsize=4)
-def _stopwords(which: str = "en_plus") -> frozenset:
+def stopword_set(which: str = "en_plus") -> frozenset:
+    """The words of stopword list ``which`` (:data:`STOPWORD_LISTS`): bm25s's English lists, or none."""
     if which == "none":
         return frozenset()
     from bm25s.stopwords import STOPWORDS_EN, STOPWORDS_EN_PLUS
@@ -113,7 +114,7 @@ def tokenize(text: str, stopwords: str = "en_plus") -> list[str]:
     >>> tokenize("What did Caroline's puppies do?")
     ['carolin', 'puppi']
     """
-    stop = _stopwords(stopwords)
+    stop = stopword_set(stopwords)
     return [_stem(w) for w in _WORD.findall(str(text).lower()) if w not in stop]
 
 
@@ -135,7 +136,7 @@ class LexicalIndex:
     """
 
     def __init__(self, doc_text: Callable[[int], str], stopwords: str = "en_plus"):
-        _stopwords(stopwords)  # checks the name
+        stopword_set(stopwords)  # checks the name
         self._doc_text = doc_text
         self.stopwords = stopwords
         self._vocab: dict[str, int] = {}
