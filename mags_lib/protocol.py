@@ -408,6 +408,7 @@ def normalize_text(s: str) -> str:
 _THOUSANDS = re.compile(r"(?<=\d),(?=\d{3}(?!\d))")
 _IN_NUMBER = re.compile(r"(?<=\d)([.:/-])(?=\d)")
 _KEEP = {".": "\x00", ":": "\x01", "/": "\x02", "-": "\x03"}
+_SIGN = re.compile(r"(?<![\w.:/-])[-\u2212](?=\d)")  # a minus sign opening a number: "-5" is not "5"
 
 
 def normalize_answer(s: str) -> str:
@@ -417,15 +418,17 @@ def normalize_answer(s: str) -> str:
     whole-word runs; there, ``"380"`` must not match ``"1,380 points"`` nor ``"5"`` match ``"3.5"``.
     A comma between a digit and a group of exactly three digits is dropped (``"1,380"`` is
     ``"1380"``), a period, colon, hyphen or slash between digits is kept (``"3.5"``, ``"10:30"``,
-    ``"2024-01-18"``, ``"10-15"``, ``"3/15"``: "18" is no answer found in a date); everything else is
-    :func:`normalize_text`.
+    ``"2024-01-18"``, ``"10-15"``, ``"3/15"``: "18" is no answer found in a date), and so is a minus sign
+    that opens a number (``"-5 degrees"`` is not ``"5 degrees"``); everything else is :func:`normalize_text`.
 
     >>> normalize_answer("He scored 1,380 points at 10:30, i.e. 3.5 a minute.")
     'he scored 1380 points at 10:30 i e 3.5 minute'
     >>> normalize_answer("Rooms 1,2 and 3, as of 2024-01-18: 10-15 six-sided dice.")
     'rooms 1 2 and 3 as of 2024-01-18 10-15 six sided dice'
+    >>> normalize_answer("It was -5 degrees (\u22123 at night), a well-known -- cold spell.")
+    'it was -5 degrees -3 at night well known cold spell'
     """
-    s = _IN_NUMBER.sub(lambda m: _KEEP[m.group(1)], _THOUSANDS.sub("", str(s)))
+    s = _SIGN.sub(_KEEP["-"], _IN_NUMBER.sub(lambda m: _KEEP[m.group(1)], _THOUSANDS.sub("", str(s))))
     s = normalize_text(s)
     for char, mark in _KEEP.items():
         s = s.replace(mark, char)

@@ -85,3 +85,11 @@ def test_an_answer_the_reply_denies_is_no_answer(reply):
     assert _answer_total(reply, ["figs"]) < _answer_total("Figs.", ["figs"])
     assert P.matching_alias("Figs, not lemons.", ["figs"]) == "figs"  # the denial of another candidate is fine
     assert P.matching_alias("Not only figs.", ["figs"]) == "figs"
+
+
+def test_a_sign_is_part_of_a_number():
+    # "It is 5 degrees" matched the alias "-5 degrees" (the minus was dropped as punctuation)
+    assert P.matching_alias("It is 5 degrees.", ["-5 degrees"]) is None
+    assert P.matching_alias("It is -5 degrees.", ["5 degrees"]) is None
+    assert P.matching_alias("It was \u22125 degrees.", ["-5 degrees"]) == "-5 degrees"
+    assert P.normalize_answer("10-15 dice, well-known") == "10-15 dice well known"
