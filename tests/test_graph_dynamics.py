@@ -239,7 +239,8 @@ def test_scc_merges_near_duplicates_in_a_cycle():
 def test_scc_merge_keeps_a_permanent_member_and_merges_the_rest_into_it():
     # bob, robert and bobby are near-duplicates in one cycle; bobby (the largest id, met first when
     # members are merged from the largest down) is permanent, so both others merge into bobby.
-    table = {"bob": [1, 0, 0, 0], "robert": [0.96, 0.28, 0, 0], "bobby": [0.95, 0, 0.31, 0], "chess": [0, 0, 0, 1]}
+    # (every pair above the short-name threshold 0.95: a merged group is similar pair by pair)
+    table = {"bob": [1, 0, 0, 0], "robert": [0.96, 0.28, 0, 0], "bobby": [0.96, 0.2, 0.2, 0], "chess": [0, 0, 0, 1]}
     cfg = GraphConfig(engram=replace(GraphConfig().engram, gat=False, resolve_threshold=0.99))
     g = LiquidGraph(TableEmbedder(table, dim=4), config=cfg)
     g.engram([("bob", "also called", "robert"), ("robert", "also called", "bobby"), ("bobby", "also called", "bob"),

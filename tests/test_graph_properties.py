@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 from mags_lib.embed import HashEmbedder
 from mags_lib.graph import DynamicsConfig, GraphConfig, LimitsConfig, LiquidGraph, RecallConfig
 from mags_lib.graph.core import _state_differences
+from mags_lib.graph.dynamics import _permanent_ends
 
 EMB = HashEmbedder(dim=64)
 WORDS = ["alice", "bob", "carol", "tea", "paris", "chess", "dog", "blue die", "ten", "six"]
@@ -84,9 +85,11 @@ def test_random_operation_sequences(ops, cfg):
             g.maintain()
             d = CFG.dynamics
             st_ = g.stats()
-            assert st_["n_nodes"] <= max(d.max_nodes, st_["n_permanent_nodes"])
+            # capacity never prunes a permanent node, nor an end of a permanent edge (the edge would go with it)
+            protected = int((g.nodes.alive & (g.nodes.permanent | _permanent_ends(g))).sum())
+            assert st_["n_nodes"] <= max(d.max_nodes, protected)
             assert st_["n_valid_edges"] <= max(d.max_edges, st_["n_permanent_edges"])
-            assert st_["n_working"] <= d.working_capacity + st_["n_permanent_nodes"]
+            assert st_["n_working"] <= d.working_capacity + protected
         elif kind == "permanent":
             nid = g.find(o[1])
             if nid is not None:

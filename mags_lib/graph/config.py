@@ -399,8 +399,8 @@ class RecallConfig:
             raise ValueError(f"n_anchors must be >= 1, got {self.n_anchors}")
         if self.overquery < 1:
             raise ValueError(f"overquery must be >= 1, got {self.overquery}")
-        if not math.isfinite(self.anchors_per_k) or self.anchors_per_k < 0:
-            raise ValueError(f"anchors_per_k must be >= 0, got {self.anchors_per_k}")
+        if not math.isfinite(self.anchors_per_k) or not 0 <= self.anchors_per_k <= 1000:
+            raise ValueError(f"anchors_per_k must be in [0, 1000] (anchors per item asked for), got {self.anchors_per_k}")
         _check_unit("lexical_weight", self.lexical_weight)
         _check_unit("episode_context", self.episode_context)
         _check_pos("bm25_k1", self.bm25_k1)
@@ -583,6 +583,10 @@ class GraphConfig:
         for name, cls in _PARTS:
             if not isinstance(getattr(self, name), cls):
                 raise TypeError(f"GraphConfig.{name} must be a {cls.__name__}, got {type(getattr(self, name)).__name__}")
+        if self.dynamics.keep_strength < self.recall.min_path_strength:
+            raise ValueError(f"dynamics.keep_strength ({self.dynamics.keep_strength}) must be >= "
+                             f"recall.min_path_strength ({self.recall.min_path_strength}): a salient fact kept at "
+                             "that strength would no longer be followed by recall")
 
     def to_dict(self) -> dict:
         """Plain-JSON form (sets become sorted lists); a new dict on every call."""

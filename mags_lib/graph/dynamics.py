@@ -18,7 +18,8 @@ Rules (``s`` = edge strength, every rate from :class:`~mags_lib.graph.config.Dyn
   a plain fact's salience 0.3) a fact said once and never used fades from 0.5 to 0.3 in about 70
   ticks, then its lonely ends speed it up: it is pruned after about 100 ticks (median; some 800
   turns at the agent's cadence of one tick per 8 observations; ``python -m mags_lib.bench.longevity``);
-* **game_of_life** -- a node's live count is its number of edges with ``s >= gol_live_strength``;
+* **game_of_life** -- a node's live count is its number of semantic (fact and association) edges with ``s >=
+  gol_live_strength`` (episode mention links left out, as in kcore and scc);
   lonely (``< gol_survive_min``) or crowded (``> gol_survive_max``) nodes get factor
   ``1 - gol_rate``, surviving nodes ``1 + gol_survive_gain`` (default 0: unchanged); an edge is multiplied by the geometric
   mean of its endpoints' factors (capped at 1). Birth: two live neighbours of a node touched this
@@ -28,7 +29,8 @@ Rules (``s`` = edge strength, every rate from :class:`~mags_lib.graph.config.Dyn
   episode links would make every mentioned entity look central); if the main core's ``k >=
   kcore_min_k`` and it holds at most ``kcore_max_share`` of the entities, its internal edges get ``s += kcore_rate * (1 - s)``, its nodes ``importance +=
   kcore_importance * (1 - importance)`` and long-term stage;
-* **scc** -- strongly connected components (fact and association edges) of at least
+* **scc** -- strongly connected components of the fact edges (association links are undirected in meaning, so
+  they take no part in directed cycles) of at least
   ``scc_min_size`` nodes: internal edges ``s += scc_rate * (1 - s)``, members get a cluster id
   (smallest member's uid); in components of at most 256 entities (the pairwise comparison is
   quadratic), members with cosine ``>= scc_merge_similarity`` are merged (into the smallest id, or
@@ -43,7 +45,8 @@ Rules (``s`` = edge strength, every rate from :class:`~mags_lib.graph.config.Dyn
 * **prune** -- valid edges with ``s < prune_strength`` (salient facts exempt, see decay); nodes
   idle ``>= inactive_ticks`` with at most ``inactive_max_degree`` edges; entities isolated (no
   edge, superseded history included: its ends stay until they go as inactive) for ``>= isolated_grace`` ticks; then the capacity limits ``max_nodes`` / ``max_edges`` (least
-  important / weakest first). Permanent nodes and edges are never pruned. With ``keep_evidence``
+  important / weakest first). Permanent nodes and edges are never pruned, nor the ends of a permanent edge
+  (as inactive, over capacity or over working capacity). With ``keep_evidence``
   the ends of a valid fact are never pruned as inactive (the fact goes by its own strength, then its
   ends as isolated), and an episode is never pruned (inactive or over capacity) while it is the last
   live episode in the provenance of a valid fact. With ``keep_unconsolidated`` an episode that no
@@ -225,7 +228,10 @@ def game_of_life(g, cfg=None) -> dict:
     ed, nd = g.edges, g.nodes
     n = nd.n
     live = _live(g)
-    strong = np.flatnonzero(live & (ed.strength >= cfg.gol_live_strength))
+    # the semantic block's edges (as kcore and scc): an episode's mention links would make every mentioned
+    # entity crowded, and two facts told in one turn would share the episode as a common neighbour
+    semantic = (ed.kind == EDGE_FACT) | (ed.kind == EDGE_ASSOC)
+    strong = np.flatnonzero(live & semantic & (ed.strength >= cfg.gol_live_strength))
     cnt = np.bincount(ed.src[strong], minlength=n) + np.bincount(ed.dst[strong], minlength=n)
     lonely = cnt < cfg.gol_survive_min
     crowded = cnt > cfg.gol_survive_max
@@ -243,12 +249,13 @@ def game_of_life(g, cfg=None) -> dict:
 
 
 def _live_neighbours(g, u: int, thr: float, limit: int) -> list[int]:
+    """Up to ``limit`` neighbours of ``u`` over live semantic (fact, association) edges of strength >= ``thr``."""
     ed = g.edges
     pairs = []
-    for v, kd in g.G._succ[u].items():
-        pairs.extend((ed.strength[e], v) for e in kd)
-    for v, kd in g.G._pred[u].items():
-        pairs.extend((ed.strength[e], v) for e in kd)
+    for adj in (g.G._succ[u], g.G._pred[u]):
+        for v, kd in adj.items():
+            pairs.extend((ed.strength[e], v) for e in kd
+                         if ed.alive[e] and ed.valid[e] and ed.kind[e] in (EDGE_FACT, EDGE_ASSOC))
     best: dict[int, float] = {}
     for s, v in pairs:
         if s >= thr and v != u and s > best.get(v, 0.0):
@@ -405,7 +412,9 @@ def scc(g, cfg=None) -> dict:
     cfg = cfg or g.config.dynamics
     ed, nd = g.edges, g.nodes
     n = nd.n
-    live = np.flatnonzero(_live(g) & ((ed.kind == EDGE_FACT) | (ed.kind == EDGE_ASSOC)))
+    # fact edges only: an association link means the same both ways but is stored from its older end to its newer
+    # one, so with it a cycle (and a merge) depended on the order the facts came in
+    live = np.flatnonzero(_live(g) & (ed.kind == EDGE_FACT))
     nd.cluster[:] = -1
     if live.size == 0 or n == 0:
         return {"components": 0, "nodes": 0, "edges_strengthened": 0, "merged": 0, "reconciled": 0}
@@ -446,7 +455,8 @@ def scc(g, cfg=None) -> dict:
 
 
 def _merge_similar(g, ents: list[int], threshold: float, keeps: set | None = None) -> int:
-    """Merge the entities of one component whose cosine is at/above ``threshold`` (union-find).
+    """Merge the entities of one component whose cosine is at/above ``threshold`` (union-find, complete linkage:
+    every pair of a merged group is similar enough and of one kind).
 
     The ids of the nodes that absorbed others are added to ``keeps``."""
     nd = g.nodes
@@ -465,13 +475,24 @@ def _merge_similar(g, ents: list[int], threshold: float, keeps: set | None = Non
     typed = g.config.engram.typed_resolution
     if typed:
         from .engram import same_kind
+    pos = {x: k for k, x in enumerate(ents)}
+    members = {i: [i] for i in ents}
+
+    def mergeable(x: int, y: int) -> bool:
+        a, b = pos[x], pos[y]
+        if sims[a, b] < threshold:
+            return False
+        # dates, numbers, short names: never merged by similarity alone
+        return not typed or same_kind(nd.text[x], nd.text[y], float(sims[a, b]), g.config.engram.short_name_threshold)
+
     for a, b in zip(ia.tolist(), ib.tolist()):
-        if typed and not same_kind(nd.text[ents[a]], nd.text[ents[b]], float(sims[a, b]),
-                                   g.config.engram.short_name_threshold):
-            continue  # dates, numbers, short names: never merged by similarity alone
         ra, rb = find(ents[a]), find(ents[b])
-        if ra != rb:
-            parent[max(ra, rb)] = min(ra, rb)
+        # complete linkage: two groups join only when every pair across them may merge (a long name similar to
+        # both "Caroline's son" and "Caroline's daughter" must not join the two)
+        if ra != rb and all(mergeable(x, y) for x in members[ra] for y in members[rb]):
+            lo, hi = min(ra, rb), max(ra, rb)
+            parent[hi] = lo
+            members[lo] += members.pop(hi)
     groups: dict[int, list[int]] = {}
     for i in ents:
         groups.setdefault(find(i), []).append(i)
@@ -516,12 +537,23 @@ def promote(g, cfg=None) -> dict:
     nd.stage[up] = STAGE_LONG
     forgotten = 0
     if cfg.working_capacity is not None:
-        left = np.flatnonzero(nd.alive & (nd.kind == KIND_ENTITY) & (nd.stage == STAGE_WORKING) & ~nd.permanent)
+        left = np.flatnonzero(nd.alive & (nd.kind == KIND_ENTITY) & (nd.stage == STAGE_WORKING) & ~nd.permanent
+                              & ~_permanent_ends(g))
         excess = left.size - cfg.working_capacity
         if excess > 0:
             order = np.lexsort((left, nd.last_access[left]))
             forgotten = g._kill_nodes(left[order[:excess]])
     return {"promoted": int(up.size), "forgotten": forgotten}
+
+
+def _permanent_ends(g) -> np.ndarray:
+    """Per node row: whether it is an end of a live permanent edge (pruning it would take the edge with it)."""
+    ed, nd = g.edges, g.nodes
+    keep = np.zeros(nd.n, dtype=bool)
+    perm = np.flatnonzero(ed.alive & ed.permanent)
+    keep[ed.src[perm]] = True
+    keep[ed.dst[perm]] = True
+    return keep
 
 
 def prune(g, cfg=None) -> dict:
@@ -537,7 +569,7 @@ def prune(g, cfg=None) -> dict:
     n_weak = g._kill_edges(weak)
     live = np.flatnonzero(_live(g))
     deg = np.bincount(ed.src[live], minlength=nd.n) + np.bincount(ed.dst[live], minlength=nd.n)
-    free = nd.alive & ~nd.permanent
+    free = nd.alive & ~nd.permanent & ~_permanent_ends(g)  # a permanent edge's ends stay with it
     inactive = free & ((g.tick - nd.last_access) >= cfg.inactive_ticks) & (deg <= cfg.inactive_max_degree)
     evidence = 0
     if cfg.keep_evidence:
@@ -574,7 +606,7 @@ def prune(g, cfg=None) -> dict:
         alive = np.flatnonzero(nd.alive)
         excess = alive.size - cfg.max_nodes
         if excess > 0:
-            cand = alive[~nd.permanent[alive]]
+            cand = alive[~nd.permanent[alive] & ~_permanent_ends(g)[alive]]
             if cfg.keep_evidence:  # the last evidence of a valid fact stays (it goes once its facts do)
                 eps = cand[nd.kind[cand] == KIND_EPISODE]
                 cand = np.setdiff1d(cand, g._evidence_to_keep(eps), assume_unique=True)

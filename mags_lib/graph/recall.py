@@ -98,7 +98,7 @@ from .model import Anchor, Recall, RecallItem, RecallTrace, TracePath
 from .store import EDGE_FACT, KIND_EPISODE
 from .values import clean_int
 
-__all__ = ["asks_about_past", "choose_anchors", "recall", "year_window"]
+__all__ = ["asks_about_past", "choose_anchors", "recall", "year_window", "year_windows"]
 
 _YEAR = re.compile(r"(?<![\d$€£.,])\b(1[89]\d\d|2[01]\d\d)\b(?![.,]\d)")
 # a count, not a year: "2000 meters", "1500 km", "2000 points" (a unit or a plural noun after the number)
@@ -120,9 +120,36 @@ def year_window(query: str) -> tuple[str, str] | None:
     (None, None)
     >>> year_window("Where was she in 2019 and 2000 steps later?")
     ('2019-01-01', '2019-12-31')
+
+    A query naming several years gets the first; :func:`year_windows` gives them all.
     """
-    m = next((m for m in _YEAR.finditer(query) if not _NOT_YEAR_AFTER.match(query, m.end())), None)
-    return None if m is None else (f"{m.group(1)}-01-01", f"{m.group(1)}-12-31")
+    ws = year_windows(query)
+    return ws[0] if ws else None
+
+
+_YEAR_RANGE = re.compile(r"\b(?:between|from)\s+(\d{4})\s+(?:and|to|until|till)\s+(\d{4})\b", re.IGNORECASE)
+
+
+def year_windows(query: str) -> list[tuple[str, str]]:
+    """Every year a query names, as ISO intervals, in order; "between 2019 and 2021" / "from 2019 to 2021" is one
+    interval over the years between.
+
+    >>> year_windows("Where did Mel live in 2020 or 2021?")
+    [('2020-01-01', '2020-12-31'), ('2021-01-01', '2021-12-31')]
+    >>> year_windows("Where did Mel live between 2019 and 2021?"), year_windows("What do blorps eat?")
+    ([('2019-01-01', '2021-12-31')], [])
+    """
+    years = [m for m in _YEAR.finditer(query) if not _NOT_YEAR_AFTER.match(query, m.end())]
+    out: list[tuple[str, str]] = []
+    spanned: set[int] = set()
+    for r in _YEAR_RANGE.finditer(query):
+        inside = [m for m in years if m.start() in (r.start(1), r.start(2))]
+        if len(inside) == 2:
+            lo, hi = sorted((r.group(1), r.group(2)))
+            out.append((f"{lo}-01-01", f"{hi}-12-31"))
+            spanned |= {m.start() for m in inside}
+    out += [(f"{m.group(1)}-01-01", f"{m.group(1)}-12-31") for m in years if m.start() not in spanned]
+    return list(dict.fromkeys(sorted(out, key=lambda w: query.find(w[0][:4]))))
 
 
 def asks_about_past(query: str, markers: frozenset[str] | None = None) -> bool:
@@ -328,7 +355,8 @@ def recall(g, query: str | Sequence[str], k: int = 10, query_embeddings: np.ndar
     ekind = ed.kind
     for a, qi, asim in anchors:
         node_w[a] = 1.0
-        if kinds[a] == KIND_EPISODE:
+        old = reached.get((-1 - a, qi))
+        if kinds[a] == KIND_EPISODE and (old is None or asim > old[0] * old[1]):  # a better path may have reached it
             reached[(-1 - a, qi)] = (1.0, asim, qi, (a,), ())
         visits = 0
         frontier = deque([(a, (a,), (), 1.0)])
@@ -441,7 +469,7 @@ def recall(g, query: str | Sequence[str], k: int = 10, query_embeddings: np.ndar
             scores[is_fact] *= np.where(ed.valid[karr[is_fact]], 1.0, cfg.history_weight)
         # the years any query names: an item outside all of them is weighed down (the question names the
         # year; the ask model's queries may not)
-        windows = [w for w in map(year_window, queries) if w is not None]
+        windows = [w for q in queries for w in year_windows(q)]
         if windows:
             for j, x in enumerate(keys):
                 iv = _interval(g, x)
