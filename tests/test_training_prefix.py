@@ -251,3 +251,82 @@ def test_consolidation_trainer_adapts_only_the_chosen_layers(tiny, tmp_path):
     with pytest.raises(ValueError, match="decoder layers"):
         _train_shared_prefix(tcfg, ROWS, tmp_path / "v2", base_dir=base, prompt=ROLE_SPECS["answer"].base,
                              layers=(5,), progress=False, note=notes.append)
+
+
+def test_random_batches_never_hold_a_row_twice_and_the_rates_count_the_rows_run(tiny, monkeypatch):
+    """``batching="random"`` with 3 rows in batches of 2: an epoch's leftover row opens the next epoch's first batch,
+    filled from the new epoch with another row (it used to be filled with the new permutation's head, the same row
+    for seed 1: batches [[1, 2], [0, 0], [2, 1]]). Rows dividing evenly keep the plain order: consecutive slices of
+    each epoch's permutation. Fewer rows than ``batch_size``: each step runs all of them once, and ``epochs`` and
+    ``rows_per_s`` count those rows, not ``steps * batch_size``."""
+    import numpy as np
+
+    from mags_lib.training import prefix
+
+    fresh, tok = tiny
+    seen: list[list[int]] = []
+    orig = prefix.batch_loss
+
+    def spy(model, batch, pad_id):
+        seen.append([data.index(row) for row in batch])
+        return orig(model, batch, pad_id)
+
+    monkeypatch.setattr(prefix, "batch_loss", spy)
+    m = fresh()
+    examples = sft_examples(ROWS[:3], ROLE_SPECS["answer"].base)
+    data = tokenize_examples(tok, examples)
+    for seed in range(4):
+        seen.clear()
+        res = train_lora(m, tok, examples, steps=3, batch_size=2, learning_rate=1e-3, seed=seed, progress=False)
+        assert all(len(b) == len(set(b)) == 2 for b in seen), (seed, seen)
+        assert sorted(i for b in seen for i in b) == [0, 0, 1, 1, 2, 2], (seed, seen)  # two whole epochs
+        assert res["epochs"] == 2.0
+    seen.clear()
+    res = train_lora(m, tok, examples, steps=2, batch_size=8, learning_rate=1e-3, seed=0, progress=False)
+    assert [sorted(b) for b in seen] == [[0, 1, 2], [0, 1, 2]]
+    assert res["epochs"] == 2.0  # 6 rows run over 3 rows (was 2 * 8 / 3 = 5.33)
+    assert res["rows_per_s"] / res["tokens_per_s"] == pytest.approx(6 / res["tokens"], rel=0.02)
+    # rows dividing evenly: the batches are consecutive slices of each epoch's permutation, as before
+    examples = sft_examples(ROWS, ROLE_SPECS["answer"].base)
+    data = tokenize_examples(tok, examples)
+    seen.clear()
+    train_lora(m, tok, examples, steps=6, batch_size=2, learning_rate=1e-3, seed=5, progress=False)
+    rng = np.random.default_rng([5, 7])
+    flat = [int(i) for _ in range(3) for i in rng.permutation(4)]
+    assert seen == [flat[k:k + 2] for k in range(0, 12, 2)]
+
+
+def test_train_lora_refuses_no_steps_no_rows_per_batch_and_no_examples(tiny):
+    fresh, tok = tiny
+    m = fresh()
+    examples = sft_examples(ROWS, ROLE_SPECS["answer"].base)
+    for batching in ("random", "shuffled_length"):
+        with pytest.raises(ValueError, match="steps and batch_size must be >= 1"):
+            train_lora(m, tok, examples, steps=0, batch_size=2, learning_rate=1e-3, progress=False, batching=batching)
+        with pytest.raises(ValueError, match="steps and batch_size must be >= 1"):
+            train_lora(m, tok, examples, steps=2, batch_size=0, learning_rate=1e-3, progress=False, batching=batching)
+    with pytest.raises(ValueError, match="no training examples"):
+        train_lora(m, tok, [], steps=2, batch_size=2, learning_rate=1e-3, progress=False)
+
+
+def test_anchor_texts_of_one_token_are_left_out_and_none_left_is_a_clear_error(tiny, tmp_path):
+    """A one-token anchor text predicts nothing: a step that drew only such texts used to index with an empty float
+    tensor (IndexError). They are left out; when none is left, train_lora and ``_anchor_kl`` say so."""
+    import math
+
+    from mags_lib.training import prefix
+
+    fresh, tok = tiny
+    assert len(tok("A")["input_ids"]) == 1 and len(tok("")["input_ids"]) == 0
+    examples = sft_examples(ROWS, ROLE_SPECS["answer"].base)
+    text = "The train was late again, and the passengers waited on the platform."
+    train_lora(fresh(), tok, examples, steps=2, batch_size=2, learning_rate=1e-3, seed=0, progress=False,
+               anchor=["A", text], anchor_weight=1.0, anchor_per_step=1, log_path=tmp_path / "a.csv")
+    with open(tmp_path / "a.csv") as f:
+        logged = [float(r["anchor_kl"]) for r in csv.DictReader(f)]
+    assert len(logged) == 2 and all(math.isfinite(v) and v >= 0 for v in logged)
+    with pytest.raises(ValueError, match="anchor: none of the 2 anchor texts"):
+        train_lora(fresh(), tok, examples, steps=1, batch_size=2, learning_rate=1e-3, progress=False,
+                   anchor=["A", ""], anchor_weight=1.0)
+    with pytest.raises(ValueError, match="2 or more tokens"):
+        prefix._anchor_kl(fresh(), [tok("A")["input_ids"]] * 2, tok.pad_token_id, False)

@@ -107,3 +107,27 @@ def test_sorted_length_is_transformers_order_seeded_by_seed_and_epoch():
     assert first == get_length_grouped_indices(lengths, 8, generator=g)  # transformers' own order
     s.set_epoch(1)
     assert list(s) != first and sorted(s) == sorted(first)
+
+
+def test_the_longest_row_leads_even_when_the_last_mega_batch_is_shorter_than_a_batch():
+    """A last mega-batch of fewer than ``batch_size`` rows is the short batch; it used to be set aside before the
+    first batch was chosen, so when it held the longest row that batch came last (an out-of-memory error at the
+    end of the epoch, not at step 1). Now it joins the mega-batch before it: the longest row leads, the short
+    batch stays last (a DataLoader of that batch size cuts the flat order back into these batches), every row
+    once, one order per (seed, epoch)."""
+    lengths = [24, 81, 2, 68, 99, 90, 2, 44, 88, 60, 18, 29, 16, 89, 18, 78, 23, 57, 53, 42, 86, 56, 18, 40, 21, 16]
+    batches = length_batches(lengths, 4, seed=3, epoch=2, mega_batches=3)
+    assert max(lengths[i] for i in batches[0]) == max(lengths) == 99
+    assert [len(b) for b in batches] == [4] * 6 + [2]
+    for trial in range(1500):
+        r = random.Random(trial)
+        n, bs, mb = r.randint(1, 60), r.randint(1, 9), r.randint(1, 4)
+        lengths = [r.randint(1, 100) for _ in range(n)]
+        seed, epoch = r.randint(0, 5), r.randint(0, 3)
+        b = length_batches(lengths, bs, seed=seed, epoch=epoch, mega_batches=mb)
+        flat = [i for x in b for i in x]
+        key = (n, bs, mb, seed, epoch)
+        assert sorted(flat) == list(range(n)), key
+        assert max(lengths[i] for i in b[0]) == max(lengths), key
+        assert [flat[k:k + bs] for k in range(0, n, bs)] == b, key  # full batches, a short one only last
+        assert b == length_batches(lengths, bs, seed=seed, epoch=epoch, mega_batches=mb), key

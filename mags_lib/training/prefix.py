@@ -7,7 +7,9 @@ beginning, once per row. Here each batch's longest common token prefix goes thro
 batch, and only each row's remaining tokens run on top of it. The expanded cache sums the rows'
 gradients into the one prefix pass, so the loss and its gradient are those of the ordinary per-row
 computation (:func:`batch_loss` against :func:`batch_loss_per_row`, tested to float tolerance); the
-vocabulary projection runs at the completion positions only.
+vocabulary projection runs at the completion positions only. With LoRA dropout > 0 (in training mode) the
+one prefix pass draws one dropout mask for all the rows where the per-row computation draws one per row, so
+there the two agree in expectation only.
 
 The consolidation step (:mod:`mags_lib.consolidation`) trains with it: its rows average 82 tokens, of which a batch
 shares ~55 (2.6x fewer tokens through the model in notebook 45's run). :func:`train_lora` is the loop: AdamW, cosine decay after a linear
@@ -119,7 +121,8 @@ def batch_loss(model: Any, batch: Sequence[tuple[list[int], int]], pad_id: int) 
 
 
 def batch_loss_per_row(model: Any, batch: Sequence[tuple[list[int], int]]) -> tuple[Any, int]:
-    """The same loss computed row by row over whole sequences (the reference :func:`batch_loss` must equal)."""
+    """The same loss computed row by row over whole sequences (the reference :func:`batch_loss` must equal;
+    with LoRA dropout active, in expectation only: the shared prefix pass draws one dropout mask for all rows)."""
     import torch
     import torch.nn.functional as F
 
@@ -135,14 +138,23 @@ def batch_loss_per_row(model: Any, batch: Sequence[tuple[list[int], int]]) -> tu
 
 def _anchor_kl(model: Any, seqs: Sequence[list[int]], pad_id: int, bf16: bool) -> Any:
     """Mean per-token KL(base || adapted) of the next-token distributions on ``seqs`` (right-padded; the pads
-    are not counted); the base is ``model`` with its adapter disabled, without gradient."""
+    are not counted); the base is ``model`` with its adapter disabled, without gradient.
+
+    Raises
+    ------
+    ValueError
+        When no sequence has 2 or more tokens (nothing to predict).
+    """
     import torch
     import torch.nn.functional as F
 
     width = max(len(s) for s in seqs)
+    # outputs that predict a real token (bool even when empty: an empty list would make a float tensor)
+    keep = torch.tensor([[t < len(s) - 1 for t in range(width - 1)] for s in seqs], dtype=torch.bool)
+    if not bool(keep.any()):
+        raise ValueError(f"anchor KL: none of the {len(seqs)} sequences has 2 or more tokens (nothing to predict)")
     inp = torch.tensor([s + [pad_id] * (width - len(s)) for s in seqs])
     mask = torch.tensor([[1] * len(s) + [0] * (width - len(s)) for s in seqs])
-    keep = torch.tensor([[t < len(s) - 1 for t in range(width - 1)] for s in seqs])  # outputs that predict a real token
     with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
         with torch.no_grad(), model.disable_adapter():
             base = model(input_ids=inp, attention_mask=mask).logits[:, :-1][keep].float()
@@ -175,7 +187,11 @@ def train_lora(model: Any, tok: Any, examples: Sequence[dict], *, steps: int, ba
     examples : list of dict
         Conversational prompt-completion examples (:func:`mags_lib.training.sft_examples`).
     steps, batch_size : int
-        Optimizer steps of ``batch_size`` rows; the rows are cycled, reshuffled each epoch (seeded).
+        Optimizer steps of ``batch_size`` rows (both >= 1); the rows are cycled, reshuffled each epoch (seeded).
+        No batch holds a row twice. With ``random``, an epoch's leftover rows open the next epoch's first
+        batch, filled up with rows of the new epoch that are not among them (those leftover rows run again
+        later in the new epoch); with fewer rows than ``batch_size`` every step is one batch of all rows.
+        With ``shuffled_length`` an epoch's short batch (when ``batch_size`` does not divide the rows) runs short.
     batching : str
         ``random``: each epoch a random permutation cut into batches; ``shuffled_length``: rows of similar
         length batched together, the batches in random order (:func:`mags_lib.training.sampling.length_batches`):
@@ -186,7 +202,8 @@ def train_lora(model: Any, tok: Any, examples: Sequence[dict], *, steps: int, ba
         also runs ``anchor_per_step`` of the plain ``anchor`` texts (cycled) and adds ``anchor_weight`` times the mean
         per-token KL divergence from the model without its adapter (PEFT's ``disable_adapter``, no gradient)
         to the model with it: the adapter is pulled back towards the base distribution on text it is not
-        meant to change. Logged as ``anchor_kl``.
+        meant to change. Logged as ``anchor_kl``. Texts of fewer than 2 tokens (nothing to predict) are left
+        out; a ValueError when none is left.
     max_length : int, optional
         Rows longer than this many tokens are left out (counted in ``n_dropped``).
     bf16 : bool
@@ -203,7 +220,8 @@ def train_lora(model: Any, tok: Any, examples: Sequence[dict], *, steps: int, ba
         ``steps``, ``loss_first``, ``loss_last`` (mean of the last 5 steps), ``tokens`` (run through the
         model), ``tokens_plain`` (what a per-row trainer would run), ``tokens_padded`` (what the forward passes
         computed: the shared prefix once, every row padded to its batch's longest suffix), ``n_dropped`` (rows over ``max_length``), ``seconds``,
-        ``tokens_per_s``, ``rows_per_s``.
+        ``tokens_per_s``, ``rows_per_s`` and ``epochs`` (rows run, counted as run -- a short batch counts its
+        rows -- per second and per row of the data).
     """
     import numpy as np
     import torch
@@ -213,6 +231,10 @@ def train_lora(model: Any, tok: Any, examples: Sequence[dict], *, steps: int, ba
 
     if batching not in BATCHINGS:
         raise ValueError(f"batching must be one of {BATCHINGS}, got {batching!r}")
+    if steps < 1 or batch_size < 1:
+        raise ValueError(f"steps and batch_size must be >= 1, got steps={steps}, batch_size={batch_size}")
+    if not examples:
+        raise ValueError("no training examples given")
     if anchor_weight < 0 or (anchor_weight > 0 and (not anchor or anchor_per_step < 1 or anchor_every < 1)):
         raise ValueError(f"anchor_weight={anchor_weight} needs anchor_weight >= 0, and anchor texts and "
                          f"anchor_per_step, anchor_every >= 1 when it is > 0 (got {len(anchor)} texts, "
@@ -224,7 +246,11 @@ def train_lora(model: Any, tok: Any, examples: Sequence[dict], *, steps: int, ba
     if not data:
         raise ValueError(f"no training examples ({n_all} given, none of at most max_length={max_length} tokens)")
     pad_id = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
-    anchor_ids = [tok(t)["input_ids"] for t in anchor] if anchor_weight > 0 else []
+    anchor_ids: list[list[int]] = []
+    if anchor_weight > 0:  # a text of one token predicts nothing: left out
+        anchor_ids = [ids for ids in (tok(t)["input_ids"] for t in anchor) if len(ids) >= 2]
+        if not anchor_ids:
+            raise ValueError(f"anchor: none of the {len(anchor)} anchor texts has 2 or more tokens")
     params = [p for p in model.parameters() if p.requires_grad]
     if not params:
         raise ValueError("the model has no trainable parameters (expected a PEFT LoRA)")
@@ -242,7 +268,7 @@ def train_lora(model: Any, tok: Any, examples: Sequence[dict], *, steps: int, ba
         writer.writerow(["step", "epoch", "loss", "learning_rate", "tokens", "completion_tokens", "padded_tokens",
                          "anchor_kl", "seconds"])
     losses: list[float] = []
-    tokens = plain = padded = done = 0
+    tokens = plain = padded = done = rows_run = 0
     t0 = time.perf_counter()
     bar = tqdm(total=steps, desc="consolidation LoRA", disable=not progress, leave=False)
     try:
@@ -250,7 +276,13 @@ def train_lora(model: Any, tok: Any, examples: Sequence[dict], *, steps: int, ba
             if batching == "random":  # rows cycled: an epoch's leftover rows open the next epoch's first batch
                 if len(flat) < batch_size:
                     epoch += 1
-                    flat += [int(i) for i in rng.permutation(len(data))]
+                    fresh = [int(i) for i in rng.permutation(len(data))]
+                    # fill the batch with new-epoch rows not among the leftovers (no row twice in one batch); the
+                    # leftovers keep their places later in the new epoch (without an overlap: leftovers + permutation)
+                    held = set(flat)
+                    fill = [i for i in fresh if i not in held][:batch_size - len(flat)]
+                    filled = set(fill)
+                    flat += fill + [i for i in fresh if i not in filled]
                 picked = flat[:batch_size]
                 del flat[:batch_size]
             else:
@@ -283,6 +315,7 @@ def train_lora(model: Any, tok: Any, examples: Sequence[dict], *, steps: int, ba
             tokens += run_tokens
             padded += pad_tokens
             plain += sum(len(ids) for ids, _ in batch)
+            rows_run += len(batch)
             losses.append(float((loss_sum / n_tok).detach()))
             done = step + 1
             if writer is not None:
@@ -302,5 +335,5 @@ def train_lora(model: Any, tok: Any, examples: Sequence[dict], *, steps: int, ba
     tail = losses[-5:]
     return {"steps": done, "loss_first": losses[0], "loss_last": sum(tail) / len(tail), "tokens": tokens,
             "tokens_plain": plain, "tokens_padded": padded, "seconds": round(seconds, 2), "tokens_per_s": round(tokens / seconds, 1),
-            "rows_per_s": round(done * batch_size / seconds, 2), "epochs": round(done * batch_size / len(data), 2),
+            "rows_per_s": round(rows_run / seconds, 2), "epochs": round(rows_run / len(data), 2),
             "n_dropped": n_all - len(data)}

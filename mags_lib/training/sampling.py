@@ -34,7 +34,13 @@ def length_batches(lengths: Sequence[int], batch_size: int, *, seed: int, epoch:
     A random permutation is cut into mega-batches of ``mega_batches * batch_size`` rows, each sorted
     by length and cut into batches (as transformers' ``LengthGroupedSampler`` does); then the order
     of the batches is shuffled. The batch that holds the longest row comes first (an out-of-memory
-    error shows at the first step, not hours in); a short last batch stays last.
+    error shows at the first step, not hours in); a short last batch stays last, so a DataLoader
+    with the same ``batch_size`` cuts the flattened order back into these batches.
+
+    A last mega-batch of fewer than ``batch_size`` rows joins the one before it (when there is one):
+    alone it would be the short batch, and it could hold the longest row, which then could not come
+    first without a short batch coming first too. Whenever ``batch_size`` divides the number of rows
+    this never happens and the batches are those of the plain construction.
 
     >>> b = length_batches([5, 1, 9, 3, 7, 2, 8], 2, seed=0)
     >>> sorted(i for batch in b for i in batch), max(b[0], key=[5, 1, 9, 3, 7, 2, 8].__getitem__)
@@ -48,7 +54,11 @@ def length_batches(lengths: Sequence[int], batch_size: int, *, seed: int, epoch:
     g = torch.Generator().manual_seed(int(seed) * 1_000_003 + int(epoch))
     perm = torch.randperm(n, generator=g).tolist()
     size = mega_batches * batch_size
-    ordered = [i for k in range(0, n, size) for i in sorted(perm[k:k + size], key=lambda i: -lengths[i])]
+    starts = list(range(0, n, size))
+    if len(starts) > 1 and n - starts[-1] < batch_size:
+        starts.pop()  # a last mega-batch shorter than one batch joins the one before: see above
+    ends = starts[1:] + [n]
+    ordered = [i for a, b in zip(starts, ends) for i in sorted(perm[a:b], key=lambda i: -lengths[i])]
     batches = [ordered[k:k + batch_size] for k in range(0, n, batch_size)]
     tail = [batches.pop()] if len(batches[-1]) < batch_size and len(batches) > 1 else []
     first = max(range(len(batches)), key=lambda j: max(lengths[i] for i in batches[j]))
