@@ -3,6 +3,8 @@ the warm start a run may continue and the data it may mix. Stages are faked: onl
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from mags_lib.training import find_trained_model, profile_config, read_run_meta, record_metrics
@@ -131,3 +133,19 @@ def test_a_half_written_run_is_refused_for_llama_cpp_too_when_its_gguf_files_are
             find_trained_model("write", run_tag="v1", backend=backend, models_root=tmp_path)
     (run / "sft" / "adapter_config.json").write_text("{}")  # finished: the file is served
     assert find_trained_model("write", run_tag="v1", backend="llamacpp", models_root=tmp_path).name == "write-q8_0.gguf"
+
+
+def test_running_a_finished_run_again_leaves_its_meta_untouched(fake):
+    # notebook 25's imitation variant reruns notebook 20's run: every stage skipped, yet meta.json was rewritten
+    # (a new time stamp, the stages as "skipped"), so every notebook declaring it as an input ran again on resume
+    root, data = fake
+    cfg = profile_config("write", "smoke")
+    R.train_role("write", run_tag="t", config=cfg, data=data, models_root=root, note=lambda s: None)
+    path = root / "write" / "t" / "meta.json"
+    before = (path.read_bytes(), path.stat().st_ino, path.stat().st_mtime_ns)
+    again = R.train_role("write", run_tag="t", config=cfg, data=data, models_root=root, note=lambda s: None)
+    assert (path.read_bytes(), path.stat().st_ino, path.stat().st_mtime_ns) == before  # not written again
+    assert again["final_stage"] == "grpo"
+    other = dataclasses.replace(cfg, seed=cfg.seed + 1)  # another configuration: the meta says so
+    R.train_role("write", run_tag="t", config=other, data=data, models_root=root, note=lambda s: None)
+    assert read_run_meta(root / "write" / "t")["config"]["seed"] == cfg.seed + 1

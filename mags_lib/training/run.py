@@ -946,6 +946,13 @@ def _write_run_meta(folder: Path, cfg: TrainConfig, results: dict, hashes: dict,
     # the final stage is the last one that finished (GRPO, else the warm start: served while GRPO is pending);
     # a stage stopped early (a time limit) was named final with no adapter behind it
     final = "grpo" if finished("grpo") else "sft" if finished("sft") else None
+    if (results and all(r.skipped for r in results.values()) and old.get("final_stage") == final
+            and _as_json(old.get("config")) == _as_json(cfg.to_dict()) and old.get("data") == hashes
+            and old.get("prompt") == prompt.to_dict() and old.get("base_model") == _base_model_id(base_dir)):
+        # nothing trained and the run is the one recorded: its meta (and the training records in it) stays as it
+        # is. Rewriting it (a new time stamp) changed the input hash of every notebook reading it: notebook 25's
+        # imitation variant, which reruns notebook 20's run, made the pipeline run 25, 30 and all after them again
+        return old
     meta = {"format": FORMAT, "role": cfg.role, "run_tag": folder.name, "base_model": _base_model_id(base_dir),
             "data": hashes, "config": cfg.to_dict(), "prompt": prompt.to_dict(), "final_stage": final,
             "stages": {s: {"folder": s, "steps": r.steps, "skipped": r.skipped, "resumed_from": r.resumed_from,
