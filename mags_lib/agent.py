@@ -1032,16 +1032,19 @@ class MAGS:
     def _full_context(self, question: str) -> tuple[list[str], int, list]:
         """The ``full_context`` memory: raw observations, newest kept, as many as fit the window.
 
-        The room is what the answer model's window (:meth:`_answer_window`) leaves after the prompt room,
-        the question and the answer (never less than ``memory_token_budget``); the kept observations are an
-        unbroken run of the newest (packing stops at the first that does not fit), shown oldest first.
+        The room is what the answer model's window (:meth:`_answer_window`) leaves after the answer and the
+        prompt itself: the reader's rendered prompt for this question with an empty memory block, counted by
+        its tokenizer (never less than ``memory_token_budget``; a fixed 256-token allowance left ~200 tokens
+        of SmolLM2's 2,048 unused); the kept observations are an unbroken run of the newest (packing stops at
+        the first that does not fit), shown oldest first.
         """
         from .graph.model import RecallItem
 
         c = self.config
         b = self.backend("answer")
-        room = (self._answer_window(b) - _PROMPT_ROOM - self.prompt_spec("answer").max_new_tokens
-                - b.count_tokens(question))
+        spec = self.prompt_spec("answer")
+        prompt = b.count_tokens(b.render(spec.messages(question, facts=[])))  # "Memory:" counted again: a margin
+        room = self._answer_window(b) - spec.max_new_tokens - prompt
         eps = self.graph.episodes()
         items = [RecallItem(text=d["text"], triplet=None, score=0.0,
                             sources=() if d["source"] is None else (d["source"],), path=(d["id"],),

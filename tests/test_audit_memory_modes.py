@@ -101,3 +101,16 @@ def test_reading_the_full_context_is_the_recall_steps_time_not_the_answer_models
     monkeypatch.setattr(m, "_full_context", full_context)
     a = m.ask("What do blorps eat?")
     assert a.timings["recall"] >= 0.3 and a.timings["answer"] < 0.3, a.timings
+
+
+def test_full_context_leaves_no_more_of_the_window_than_a_turn_unused():
+    """The room was the window less a fixed 256-token prompt allowance: the reader's real prompt is far
+    shorter (57 tokens of SmolLM2's template and system prompt), so about 200 tokens of the window went unused.
+    Now the rendered prompt itself is counted: what is left is less than the next turn's line."""
+    b = WindowBackend(n_ctx=700)
+    m = _agent(b)
+    _fill(m)
+    m.ask("What do blorps eat?")
+    unused = 700 - (b.sizes[-1] + m.prompt_spec("answer").max_new_tokens)
+    line = b.count_tokens("199. (no time) On day 150 blorp 150 ate 150 frozen lemons near the Teal Bridge.")
+    assert 0 <= unused <= line + 8, unused
