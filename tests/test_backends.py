@@ -671,3 +671,33 @@ def test_several_prompts_decoded_together(tmp_path):
         assert [g.text for g in b.generate(prompts[:4], max_new_tokens=16)] == base
     with pytest.raises(ValueError, match=r"n_parallel must be an integer in \[1, 256\]"):
         load_backend("llamacpp", n_parallel=0)
+
+
+def test_generation_memos_open_in_two_threads_at_once_keep_their_own_calls():
+    # the active memo was a list of the process: under joblib's threading backend a scenario's calls were
+    # answered from, and counted in, the memo another thread had opened last
+    import threading
+
+    from fakes import TableBackend
+
+    from mags_lib.backends import generation_memo
+
+    b = TableBackend({"owl": "(owl, eats, mice)"})
+    owl = [{"role": "user", "content": "owl"}]
+    opened, stats = threading.Barrier(2), {}
+
+    def task(name: str, calls: int) -> None:
+        with generation_memo() as memo:
+            opened.wait()  # both blocks open at once
+            for _ in range(calls):
+                b.generate([owl], max_new_tokens=8)
+            opened.wait()
+            stats[name] = memo.stats()
+
+    threads = [threading.Thread(target=task, args=(n, c)) for n, c in (("a", 1), ("b", 3))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert stats["a"] == {"hits": 0, "misses": 1, "entries": 1, "hit_rate": 0.0}
+    assert stats["b"]["misses"] == 1 and stats["b"]["hits"] == 2

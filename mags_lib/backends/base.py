@@ -16,6 +16,7 @@ from __future__ import annotations
 import abc
 import atexit
 import contextlib
+import contextvars
 import hashlib
 import json
 import re
@@ -129,19 +130,22 @@ class GenerationMemo:
                 "hit_rate": self.hits / total if total else 0.0}
 
 
-_MEMO: list[GenerationMemo] = []  # the active memo of this process (a stack: scopes nest)
+# the active memos of this thread / task (a stack: scopes nest). A context variable, not a list of the process:
+# under joblib's threading backend two scenarios' blocks ran at once and each read the other's memo (its counts)
+_MEMO: contextvars.ContextVar[tuple[GenerationMemo, ...]] = contextvars.ContextVar("mags_generation_memo", default=())
 
 
 @contextlib.contextmanager
 def generation_memo(memo: GenerationMemo | None = None) -> Iterator[GenerationMemo]:
-    """Inside the block every backend of this process answers repeated greedy calls from ``memo``
-    (a new one by default), which the block yields (its ``stats()`` count hits and misses)."""
+    """Inside the block every backend called from this thread (or task) answers repeated greedy calls from
+    ``memo`` (a new one by default), which the block yields (its ``stats()`` count hits and misses). Blocks
+    open in other threads at the same time keep their own memos."""
     memo = GenerationMemo() if memo is None else memo
-    _MEMO.append(memo)
+    token = _MEMO.set((*_MEMO.get(), memo))
     try:
         yield memo
     finally:
-        _MEMO.remove(memo)
+        _MEMO.reset(token)
 
 
 _OPEN: weakref.WeakSet[Backend] = weakref.WeakSet()
@@ -271,7 +275,8 @@ class Backend(abc.ABC):
                 raise ValueError(f"prompt {i} is empty: a completion needs at least one token of prompt")
         if not prompts:
             return []
-        memo = _MEMO[-1] if _MEMO and temperature == 0 else None
+        active = _MEMO.get()
+        memo = active[-1] if active and temperature == 0 else None
         if memo is None:
             return self._run(prompts, max_new_tokens=int(max_new_tokens), temperature=float(temperature),
                              grammar=grammar, stop=stop, seed=seed, stop_repeats=stop_repeats)
