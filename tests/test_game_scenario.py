@@ -61,6 +61,10 @@ BAD = [
     (lambda d: d["events"][1].update(answers=["x"]), 1, "unknown keys"),
     (lambda d: d["events"][0].update(time="yesterday"), 0, "ISO date"),
     (lambda d: d["events"][0].update(time=20240102), 0, "ISO date"),
+    # basic-form ISO strings Python parses but the memory keeps as text (sorted before "2024-03-07")
+    (lambda d: d["events"][0].update(time="20240306"), 0, "ISO date"),
+    (lambda d: d["events"][0].update(time="2024-W10-2"), 0, "ISO date"),
+    (lambda d: d["events"][0].update(time="20240305T103000"), 0, "ISO date"),
     (lambda d: d["events"][1].update(distance=-1), 1, "integer >= 0"),
     (lambda d: d["events"].__setitem__(2, "What?"), 2, "must be an object"),
     (lambda d: d.update(events=[]), None, "non-empty list"),

@@ -25,6 +25,7 @@ the problem.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import date, datetime
@@ -152,13 +153,21 @@ class Scenario:
         return d
 
 
+# the extended ISO forms the memory reads as times: YYYY-MM-DD, optionally T/space hh:mm[:ss[.f]] and an offset
+# (Python also parses "20240306" and "2024-W10-2", which the graph would keep as text and sort wrongly)
+_ISO_TIME = re.compile(r"\d{4}-\d{2}-\d{2}(?:[T ]\d{2}:\d{2}(?::\d{2}(?:\.\d+)?)?(?:Z|[+-]\d{2}:\d{2})?)?")
+
+
 def _check_time(value: Any, where: str) -> str:
     if not isinstance(value, str):
         raise ScenarioError(f"{where}: 'time' must be an ISO date string like \"2024-03-05\", got {value!r}")
     try:
+        if not _ISO_TIME.fullmatch(value):
+            raise ValueError("not the extended form")
         (date.fromisoformat if len(value) == 10 else datetime.fromisoformat)(value)
     except ValueError as e:
-        raise ScenarioError(f"{where}: 'time' {value!r} is not an ISO date (YYYY-MM-DD) or date-time") from e
+        raise ScenarioError(f"{where}: 'time' {value!r} is not an ISO date (YYYY-MM-DD) or date-time "
+                            "(YYYY-MM-DDThh:mm[:ss])") from e
     return value
 
 
