@@ -250,3 +250,17 @@ def test_one_scenario_end_to_end_and_parallel_equals_serial(tmp_path):
     assert m_shared["latency"] == {} and m_shared["generation_memo"] == shared.generation_memo
     assert "memo" in m_shared["latency_note"] and m_shared["accuracy"] == m_serial["accuracy"]
     pd.testing.assert_frame_equal(serial.quality, parallel.quality)
+
+
+def test_saved_memories_never_share_a_folder(tmp_path):
+    # "town 1" and "town_1" were saved to one folder: the second memory replaced the first without a word
+    import dataclasses
+
+    a, b = dataclasses.replace(TINY, name="town 1"), dataclasses.replace(TINY, name="town_1")
+    with pytest.raises(ValueError, match="one folder"):
+        evaluate_systems("rag", [a, b], base=BASE, progress=False, save_memories=tmp_path)
+    with pytest.raises(ValueError, match="folder"):
+        evaluate_systems("rag", [dataclasses.replace(TINY, name="..")], base=BASE, progress=False,
+                         save_memories=tmp_path)
+    assert not any(tmp_path.iterdir())
+    evaluate_systems("rag", [a, b], base=BASE, progress=False)  # without saving, the names are fine

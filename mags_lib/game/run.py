@@ -77,6 +77,7 @@ SYSTEMS: dict[str, dict] = {
     # with rag / full_context (base reader) mixes a better memory with a better reader; these isolate the memory
     "rag_trained": {"memory": "rag", "models": "trained"},
     "full_context_trained": {"memory": "full_context", "models": "trained"},
+    "none_trained": {"memory": "none", "models": "trained"},  # the trained reader alone: graph_trained's "no memory"
 }
 """Named systems compared by the game (plain ``MAGSConfig`` keyword dicts)."""
 
@@ -428,6 +429,16 @@ def evaluate_systems(systems: str | Iterable[str] | Mapping[str, Mapping], scena
         raise ValueError(f"scenarios need distinct names (results are matched, bootstrapped and saved by system "
                          f"and scenario name); rename the duplicates {dup} (e.g. scenarios generated with "
                          "different seeds share the names <family>_<index>)")
+    if save_memories is not None:  # two names one folder: the second memory replaced the first, silently
+        for label, group in (("scenario", names), ("system", list(specs))):
+            folders: dict[str, list[str]] = {}
+            for n in group:
+                folders.setdefault(_safe(n), []).append(n)
+            clash = [v for v in folders.values() if len(v) > 1] + [[n] for n in group if _safe(n) in (".", "..")]
+            if clash:
+                raise ValueError(f"save_memories: the {label} names {clash} give one folder name each group "
+                                 f"({', '.join(sorted({_safe(v[0]) for v in clash}))}) or none a folder may have; "
+                                 "rename them")
     base = dict(base or {})
     skipped = {}
     for name, spec in specs.items():
