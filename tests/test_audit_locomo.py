@@ -330,3 +330,29 @@ def test_config_refuses_a_str_for_a_tuple(name):
         E.LoCoMoBenchConfig(**{name: "episodes"})
     with pytest.raises(TypeError, match="pass a tuple"):
         E.LoCoMoBenchConfig.for_profile("smoke", conversations="conv-26")
+
+
+def test_recall_table_labels_reference_rows_by_where_they_come_from():
+    """The issue-13 numbers (this project's own earlier run) were labelled ``published``; with k = 10 not measured
+    each became an empty row named after the retriever (``bm25``, like a measured row); published rows named no
+    source."""
+    from mags_lib.bench import locomo_report as R
+
+    def res(ks):
+        return SimpleNamespace(config=SimpleNamespace(ks=ks), recall_summary=lambda: [])
+
+    t = R.recall_table(res((5, 10, 25)))
+    internal = t[t["source"] != "published"]
+    assert len(internal) == len(E.PUBLISHED["issue13_recall10"])
+    assert set(internal["source"]) == {"internal, issue 13 run"} and internal["R@10"].notna().all()
+    published = t[t["source"] == "published"]
+    assert {"DRAGON over dialog turns (LoCoMo paper)", "Mem0 search", "Zep search"} <= set(published.index)
+    assert published["reference"].notna().all() and all(published["reference"].str.len() > 0)
+    assert "LoCoMo paper" in published.loc["DRAGON over dialog turns (LoCoMo paper)", "reference"]
+    assert "Mem0" in published.loc["Mem0 search", "reference"] and "Zep" in published.loc["Zep search", "reference"]
+    # k = 10 not measured: no issue-13 row at all (it holds R@10 only), and no empty row named like a retriever
+    t5 = R.recall_table(res((5,)))
+    assert not any("issue 13" in str(s) for s in t5["source"])
+    assert not set(t5.index) & set(E.PUBLISHED["issue13_recall10"])
+    numbers = t5.drop(columns=["source", "reference"])
+    assert numbers.notna().any(axis=1).all(), numbers  # every reference row carries a number

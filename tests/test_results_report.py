@@ -418,3 +418,19 @@ def test_readme_without_markers_is_refused(tmp_path):
 def test_nan_never_reaches_a_record():
     recs = results.extract_records("10_generate_datasets", load("10_generate_datasets.json"))
     assert all(r["value"] is None or math.isfinite(r["value"]) for r in recs)
+
+
+def test_extract_55_agent_rows_count_their_own_episodes():
+    """Every agent record took the state study's ``n_games`` (30 games) as its n, although the treasure-hunter rows
+    cover ``agent_games`` episodes and the cooking rows ``n_episodes`` episodes of one game."""
+    d = load("55_textworld.json")
+    d["n_games"] = 30
+    d["agent"] = {"treasure_hunter/none": {"success": 0.4, "steps": 20.0, "steps_ci": [15.0, 25.0], "episodes": 5},
+                  "cooking/none": {"success": 0.0, "steps": 30.0, "steps_ci": [30.0, 30.0], "episodes": 3}}
+    recs = by_name(results.extract_records("55_textworld", d))
+    assert recs["treasure_hunter/none success"]["n"] == recs["treasure_hunter/none steps"]["n"] == 5
+    assert recs["cooking/none success"]["n"] == recs["cooking/none steps"]["n"] == 3
+    assert recs["mags_base state accuracy"]["n"] == 8  # the state questions keep theirs
+    # a file from before the episodes were recorded: no n, rather than the state study's game count
+    old = by_name(results.extract_records("55_textworld", {**load("55_textworld.json"), "n_games": 30}))
+    assert old["treasure_hunter/none steps"]["n"] is None
