@@ -301,9 +301,11 @@ def _x55(d: Mapping, src: str) -> list:
         out.append(record(f"{system} state accuracy", acc.get("overall"), "accuracy", n=d.get("n_questions"),
                           interval=ci.get(system), source=src))
     for agent, a in (d.get("agent") or {}).items():
-        out.append(record(f"{agent} success", a.get("success"), "share", n=d.get("n_games"), source=src))
-        out.append(record(f"{agent} steps", a.get("steps"), "steps", n=d.get("n_games"),
-                          interval=a.get("steps_ci"), source=src))
+        # n: the row's own episodes (agent_games treasure hunts, n_episodes of the cooking game), not the state
+        # study's n_games; a file from before the episodes were recorded has no n to give
+        n = a.get("episodes")
+        out.append(record(f"{agent} success", a.get("success"), "share", n=n, source=src))
+        out.append(record(f"{agent} steps", a.get("steps"), "steps", n=n, interval=a.get("steps_ci"), source=src))
     return out
 
 

@@ -264,3 +264,12 @@ def test_saved_memories_never_share_a_folder(tmp_path):
                          save_memories=tmp_path)
     assert not any(tmp_path.iterdir())
     evaluate_systems("rag", [a, b], base=BASE, progress=False)  # without saving, the names are fine
+
+
+def test_none_trained_is_graph_trained_without_memory():
+    """graph_trained (trained reader) against none (base reader) mixed a memory with a reader (DESIGN.md: systems
+    differ in memory only); none_trained is the trained reader with no memory."""
+    ours, theirs = make_config(SYSTEMS["graph_trained"]), make_config(SYSTEMS["none_trained"])
+    assert theirs.memory == "none" and ours.memory == "graph"
+    assert theirs.models == ours.models == "trained" and theirs.trained_tag == ours.trained_tag
+    assert resolve_systems("none_trained")["none_trained"] == {"memory": "none", "models": "trained"}

@@ -1,8 +1,10 @@
 """Tables and figures of a LoCoMo benchmark run (notebook 70 displays them; nothing here measures).
 
 Every function takes a :class:`~mags_lib.bench.locomo_eval.BenchResult` (or its rows) and returns a
-pandas DataFrame or a matplotlib Axes. Published numbers (:data:`~.locomo_eval.PUBLISHED`) are set
-beside ours in rows marked ``published``.
+pandas DataFrame or a matplotlib Axes. Reference numbers (:data:`~.locomo_eval.PUBLISHED`) are set beside
+ours: published ones in rows whose ``source`` is ``published`` and whose ``reference`` names where they come from
+(:data:`REFERENCES`), this project's own earlier run (issue 13) in rows whose ``source`` is ``internal, issue 13
+run``; a row of ours has ``source`` ``measured``.
 """
 
 from __future__ import annotations
@@ -14,7 +16,15 @@ import numpy as np
 from .locomo import CATEGORIES
 from .locomo_eval import PUBLISHED, BenchResult
 
-__all__ = ["category_recall_table", "ingest_table", "plot_category_bars", "plot_survival", "qa_table", "quirks_table", "recall_table",
+REFERENCES = {
+    "dragon": "LoCoMo paper (Maharana et al., 2024): DRAGON retriever over dialog turns (DESIGN.md, Anchors)",
+    "mem0": "as reported by Mem0 (DESIGN.md, Anchors; README: 'Mem0 reports search p95 200 ms')",
+    "zep": "Zep search p95 as listed in DESIGN.md's Anchors (no paper named in the project)",
+    "issue13": "this project's issue 13 run (README: 'Measured elsewhere with the same metric (issue 13)')",
+}
+"""Where each reference row's numbers come from, as the project's documents cite them (nothing beyond)."""
+
+__all__ = ["REFERENCES", "category_recall_table", "ingest_table", "plot_category_bars", "plot_survival", "qa_table", "quirks_table", "recall_table",
            "survival_by_position", "survival_table"]
 
 
@@ -34,14 +44,15 @@ def recall_table(res: BenchResult, *, published: bool = True):
     if published:
         dragon = PUBLISHED["dragon_dialog_recall"]
         rows.append({"retriever": "DRAGON over dialog turns (LoCoMo paper)", "source": "published",
-                     **{f"R@{k}": dragon.get(k) for k in ks}})
-        for name, v in PUBLISHED["issue13_recall10"].items():
-            rows.append({"retriever": f"{name} (issue 13, measured elsewhere)", "source": "published",
-                         "R@10": v} if 10 in ks else {"retriever": name, "source": "published"})
-        rows.append({"retriever": "Mem0 search (published)", "source": "published",
+                     "reference": REFERENCES["dragon"], **{f"R@{k}": dragon.get(k) for k in ks}})
+        if 10 in ks:  # R@10 is all that run measured: without that column the row would be empty
+            for name, v in PUBLISHED["issue13_recall10"].items():
+                rows.append({"retriever": f"{name} (issue 13 run)", "source": "internal, issue 13 run",
+                             "reference": REFERENCES["issue13"], "R@10": v})
+        rows.append({"retriever": "Mem0 search", "source": "published", "reference": REFERENCES["mem0"],
                      "p50 ms": PUBLISHED["mem0_search_p50_s"] * 1e3, "p95 ms": PUBLISHED["mem0_search_p95_s"] * 1e3,
                      "memory tokens": PUBLISHED["mem0_memory_tokens_per_query"]})
-        rows.append({"retriever": "Zep search (published)", "source": "published",
+        rows.append({"retriever": "Zep search", "source": "published", "reference": REFERENCES["zep"],
                      "p95 ms": PUBLISHED["zep_search_p95_s"] * 1e3})
     return pd.DataFrame(rows).set_index("retriever")
 
