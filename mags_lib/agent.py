@@ -1043,7 +1043,10 @@ class MAGS:
         c = self.config
         b = self.backend("answer")
         spec = self.prompt_spec("answer")
-        prompt = b.count_tokens(b.render(spec.messages(question, facts=[])))  # "Memory:" counted again: a margin
+        msgs = spec.messages(question, facts=[])
+        render = getattr(b, "render", None)  # a duck-typed backend without a chat template: the messages' text
+        prompt = b.count_tokens(render(msgs) if callable(render) else "\n".join(m["content"] for m in msgs))
+        # ("Memory:" is counted again by the packing below: a margin of a few tokens)
         room = self._answer_window(b) - spec.max_new_tokens - prompt
         eps = self.graph.episodes()
         items = [RecallItem(text=d["text"], triplet=None, score=0.0,

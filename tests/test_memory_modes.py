@@ -97,12 +97,14 @@ def test_full_context_keeps_the_newest_that_fit_oldest_first():
     a = m.ask("What do blorps eat?")
     assert [f.split(") ", 1)[0] for f in a.facts] == ["(2023-05-08", "(2023-05-09", "(2023-05-10", "(2023-05-11"]
     assert a.facts[1] == "(2023-05-09) Melanie: My kids love the new pottery class."
-    # a window too small for everything: the newest observations are kept
+    # a window too small for everything (40 more turns after them): the newest observations are kept
     m2, _ = agent("full_context", n_ctx=256 + 48 + 24, memory_token_budget=16, max_new_tokens_write=16,
                    max_new_tokens_ask=16)
+    for i in range(40):
+        m2.observe(f"Small talk number {i} about the weather.", source=f"D2:{i}", time=f"2023-05-{12 + i // 4:02d}")
     a2 = m2.ask("What do blorps eat?")
-    assert 0 < len(a2.facts) < len(TURNS)
-    assert a2.facts[-1].endswith("Teal Bridge.") and a2.sources[-1] == "D1:4"
+    assert 0 < len(a2.facts) < len(TURNS) + 40
+    assert a2.facts[-1].endswith("number 39 about the weather.") and a2.sources[-1] == "D2:39"
 
 
 def test_graph_mode_is_unchanged_and_shows_dates():
